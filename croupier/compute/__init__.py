@@ -1,0 +1,7 @@
+"""Executors run tasks as functions; the local executor is the embedded default."""
+
+from croupier.compute.base import Executor, Task, TaskResult
+from croupier.compute.context import TaskContext
+from croupier.compute.local import LocalExecutor
+
+__all__ = ["Executor", "LocalExecutor", "Task", "TaskContext", "TaskResult"]

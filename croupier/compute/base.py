@@ -1,0 +1,65 @@
+"""The executor interface: run many small tasks as functions, get back small metadata.
+
+A task is a module-level function ``fn(ctx, *args)`` with picklable arguments; ``ctx`` is a
+:class:`croupier.compute.context.TaskContext` giving the task its config and its stores. Tasks move
+data only through storage and return only small metadata (keys, sizes, offsets, samples, timings).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from croupier.storage.stats import IOStats
+
+#: Largest pickled result a task may return; bigger data belongs in storage.
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: ``fn(ctx, *args)`` run in a function, identified by ``id``."""
+
+    id: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass
+class TaskResult:
+    """What a finished task sends back: its return value and what it cost."""
+
+    task_id: str
+    value: Any
+    io: IOStats = field(default_factory=IOStats)
+    seconds: float = 0.0
+    peak_rss: int = 0
+    worker: int = -1
+    attempts: int = 1
+    started: float = 0.0
+    finished: float = 0.0
+
+
+class Executor(ABC):
+    """Runs tasks as functions with a concurrency limit; one executor per run."""
+
+    @abstractmethod
+    def map(
+        self, tasks: Sequence[Task], on_done: Callable[[TaskResult], None] | None = None
+    ) -> list[TaskResult]:
+        """Run all ``tasks``; return their results in task order.
+
+        Raises :class:`croupier.errors.TaskError` (task id, cause, worker traceback) when a task fails
+        for good; other tasks of the call are then cancelled.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop all workers."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,33 @@
+"""What a running task sees: its id, the run's config, and counted stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from croupier.config import Config
+from croupier.storage import IOStats, Store, open_backend
+from croupier.storage.backend import Backend
+
+
+@dataclass
+class TaskContext:
+    """Per-task handle to config and storage.
+
+    State:
+        task_id:  id of the running task
+        config:   the run's config
+        io:       request counters of this task (returned to the driver with the result)
+        backends: backend cache of the worker process, shared across its tasks (connection reuse)
+    """
+
+    task_id: str
+    config: Config
+    io: IOStats = field(default_factory=IOStats)
+    backends: dict[str, Backend] = field(default_factory=dict)
+
+    def store(self, url: str) -> Store:
+        """Open the store named by ``url``; its requests are counted against this task."""
+        backend = self.backends.get(url)
+        if backend is None:
+            backend = self.backends[url] = open_backend(url, self.config)
+        return Store(backend, self.config.retry, self.io)

@@ -1,0 +1,110 @@
+"""The body of one local worker process ("function").
+
+Protocol over a duplex pipe with the driver:
+
+    driver -> worker: (task_id, fn, args, config)   or None to stop
+    worker -> driver: ("ok", task_id, value, io_dict, seconds, peak_rss)
+                      ("error", task_id, cause, traceback_text)
+
+A watchdog thread reads the kernel's peak resident memory (VmHWM, reset at each task start) every
+few milliseconds, and once more when the task ends; above the function's memory budget it ends the
+process with :data:`MEMORY_EXIT_CODE`, which the driver reports as a memory failure (the way a
+serverless platform kills a function that exceeds its memory). Because VmHWM is the kernel's own
+high-water mark, short spikes between two looks are not missed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from croupier.compute.base import MAX_RESULT_BYTES
+from croupier.compute.context import TaskContext
+from croupier.storage.backend import Backend
+
+MEMORY_EXIT_CODE = 86
+_WATCH_INTERVAL = 0.02
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process since the last reset, bytes (0 where unavailable)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def reset_peak_rss() -> None:
+    """Reset the kernel's peak-RSS mark so the next reading covers only the next task."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass  # not Linux, or not allowed: peaks then cover the worker's whole life
+
+
+class _MemoryWatch(threading.Thread):
+    """Stops the process once its peak RSS exceeds the budget."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(daemon=True, name="croupier-memory-watch")
+        self.budget = budget
+
+    def check(self) -> int:
+        """Return the current peak; end the process if it is over the budget."""
+        peak = peak_rss_bytes()
+        if peak > self.budget:
+            os._exit(MEMORY_EXIT_CODE)
+        return peak
+
+    def run(self) -> None:
+        while True:
+            self.check()
+            time.sleep(_WATCH_INTERVAL)
+
+
+def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: int) -> None:
+    """Serve tasks from ``conn`` until told to stop."""
+    os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+    import pyarrow
+
+    pyarrow.set_cpu_count(threads)
+    watch = _MemoryWatch(memory_budget)
+    watch.start()
+    backends: dict[str, Backend] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        conn.send(_run_task(message, watch, backends))
+
+
+def _run_task(message: tuple[Any, ...], watch: _MemoryWatch, backends: dict[str, Backend]) -> tuple[Any, ...]:
+    """Run one task and build the reply; exceptions become an "error" reply with the traceback."""
+    task_id, fn, args, config = message
+    ctx = TaskContext(task_id, config, backends=backends)
+    reset_peak_rss()
+    started = time.perf_counter()
+    try:
+        value = fn(ctx, *args)
+        if len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)) > MAX_RESULT_BYTES:
+            raise ValueError(
+                f"task returned more than {MAX_RESULT_BYTES} bytes of metadata; put data in storage"
+            )
+    except Exception as exc:  # noqa: BLE001 - the task boundary: every failure goes to the driver
+        cause = f"{type(exc).__name__}: {exc}"
+        return ("error", task_id, cause, traceback.format_exc(), type(exc).__name__)
+    seconds = time.perf_counter() - started
+    return ("ok", task_id, value, ctx.io.to_dict(), seconds, watch.check())

@@ -1,0 +1,144 @@
+"""One frozen configuration object, built once by the caller and passed down explicitly.
+
+Nothing deep inside Croupier reads environment variables or globals: ``Config.from_env`` is the one
+place that looks at the environment, and the resulting object travels (pickled) to every worker.
+
+Credentials are wrapped in :class:`Secret`, whose ``repr``/``str`` never show the value, so a config
+can be logged, put in a report or an error message without leaking keys.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from croupier.errors import ConfigError
+from croupier.units import parse_duration, parse_size
+
+
+class Secret:
+    """A credential string that never prints itself."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """Return the secret value; call only where it is handed to a client library."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (Secret, (self._value,))
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach an S3-compatible endpoint. Empty fields fall back to the client's defaults."""
+
+    endpoint: str | None = None
+    region: str = "us-east-1"
+    access_key_id: Secret | None = None
+    secret_access_key: Secret | None = None
+    session_token: Secret | None = None
+    allow_http: bool = False
+    virtual_hosted_style: bool = False
+    anonymous: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> S3Options:
+        """Read the usual AWS variables (AWS_ENDPOINT_URL[_S3], AWS_REGION, AWS_ACCESS_KEY_ID, ...)."""
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+
+        def secret(name: str) -> Secret | None:
+            return Secret(env[name]) if env.get(name) else None
+
+        return cls(
+            endpoint=endpoint,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            access_key_id=secret("AWS_ACCESS_KEY_ID"),
+            secret_access_key=secret("AWS_SECRET_ACCESS_KEY"),
+            session_token=secret("AWS_SESSION_TOKEN"),
+            allow_http=bool(endpoint and endpoint.startswith("http://")),
+            anonymous=env.get("CROUPIER_S3_ANONYMOUS", "").lower() in ("1", "true", "yes"),
+        )
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of transient storage failures: exponential backoff with full jitter.
+
+    attempts:   total tries of one request (1 = no retry)
+    base_delay: delay before the first retry, seconds; doubles each time
+    max_delay:  cap on one delay, seconds
+    """
+
+    attempts: int = 6
+    base_delay: float = 0.05
+    max_delay: float = 5.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a Croupier run needs to know, in one place.
+
+    concurrency:         how many functions (worker processes) run at once
+    function_memory:     memory budget of one function, bytes; a worker above it is stopped
+    task_timeout:        seconds one task may run before it is failed
+    request_timeout:     seconds one storage request may take before it is retried
+    retry:               backoff policy for transient storage failures
+    intermediate_format: encoding of shuffle objects: "raw", "arrow-lz4" or "arrow-zstd"
+    tmp_url:             where intermediate objects go; default: ``<output>/_croupier_tmp``
+    s3:                  endpoint and credentials for ``s3://`` URLs
+    progress:            show progress bars; None = only when stderr is a terminal
+    """
+
+    concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
+    function_memory: int = parse_size("4GiB")
+    task_timeout: float = parse_duration("15m")
+    request_timeout: float = parse_duration("60s")
+    retry: RetryPolicy = RetryPolicy()
+    intermediate_format: str = "raw"
+    tmp_url: str | None = None
+    s3: S3Options = S3Options()
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.function_memory < parse_size("64MiB"):
+            raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
+        if self.intermediate_format not in ("raw", "arrow-lz4", "arrow-zstd", "arrow"):
+            raise ConfigError(
+                f"intermediate_format must be raw, arrow, arrow-lz4 or arrow-zstd, got {self.intermediate_format!r}"
+            )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Config:
+        """Build a config from environment variables (CROUPIER_*, AWS_*) and explicit overrides."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {"s3": S3Options.from_env(env)}
+        if env.get("CROUPIER_CONCURRENCY"):
+            values["concurrency"] = int(env["CROUPIER_CONCURRENCY"])
+        if env.get("CROUPIER_FUNCTION_MEMORY"):
+            values["function_memory"] = parse_size(env["CROUPIER_FUNCTION_MEMORY"])
+        if env.get("CROUPIER_TMP"):
+            values["tmp_url"] = env["CROUPIER_TMP"]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+    def with_(self, **changes: object) -> Config:
+        """Return a copy with some fields changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,111 @@
+"""Request accounting: how many requests of each kind a store made, and how many bytes they moved.
+
+Kinds follow the S3 price sheet, which is also what the performance models count:
+PUT, GET (whole object), GET_RANGE (one byte range), HEAD, LIST (one page), DELETE (one batch of up
+to 1000 keys). ``retries`` counts extra attempts after transient failures; they are not in
+``requests``. Stats are plain data so workers can return them as task metadata and the driver can
+add them up per stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("PUT", "GET", "GET_RANGE", "HEAD", "LIST", "DELETE")
+
+
+@dataclass
+class KindStats:
+    """Counters of one request kind."""
+
+    requests: int = 0
+    bytes: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: KindStats) -> None:
+        """Add ``other``'s counters into this one."""
+        self.requests += other.requests
+        self.bytes += other.bytes
+        self.retries += other.retries
+        self.seconds += other.seconds
+
+
+@dataclass
+class IOStats:
+    """Counters of every request kind; mergeable and JSON-friendly.
+
+    State:
+        kinds: kind name -> counters; kinds never used are absent
+    """
+
+    kinds: dict[str, KindStats] = field(default_factory=dict)
+
+    def record(self, kind: str, nbytes: int = 0, requests: int = 1, seconds: float = 0.0) -> None:
+        """Count ``requests`` successful requests of ``kind`` that moved ``nbytes``."""
+        stats = self.kinds.setdefault(kind, KindStats())
+        stats.requests += requests
+        stats.bytes += nbytes
+        stats.seconds += seconds
+
+    def record_retry(self, kind: str) -> None:
+        """Count one retried attempt of a ``kind`` request."""
+        self.kinds.setdefault(kind, KindStats()).retries += 1
+
+    def merge(self, other: IOStats) -> None:
+        """Add all of ``other``'s counters into this one."""
+        for kind, stats in other.kinds.items():
+            self.kinds.setdefault(kind, KindStats()).add(stats)
+
+    def requests(self, kind: str | None = None) -> int:
+        """Requests of one kind, or of all kinds."""
+        if kind is not None:
+            return self.kinds.get(kind, KindStats()).requests
+        return sum(s.requests for s in self.kinds.values())
+
+    def bytes(self, kind: str) -> int:
+        """Bytes moved by requests of ``kind``."""
+        return self.kinds.get(kind, KindStats()).bytes
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes fetched by GET and GET_RANGE."""
+        return self.bytes("GET") + self.bytes("GET_RANGE")
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes stored by PUT."""
+        return self.bytes("PUT")
+
+    @property
+    def retries(self) -> int:
+        """Retried attempts over all kinds."""
+        return sum(s.retries for s in self.kinds.values())
+
+    def snapshot(self) -> IOStats:
+        """Return an independent copy."""
+        copy = IOStats()
+        copy.merge(self)
+        return copy
+
+    def minus(self, earlier: IOStats) -> IOStats:
+        """Return the counters accumulated since ``earlier`` (a snapshot of this object)."""
+        delta = self.snapshot()
+        for kind, stats in earlier.kinds.items():
+            mine = delta.kinds.setdefault(kind, KindStats())
+            mine.requests -= stats.requests
+            mine.bytes -= stats.bytes
+            mine.retries -= stats.retries
+            mine.seconds -= stats.seconds
+        delta.kinds = {k: v for k, v in delta.kinds.items() if v.requests or v.retries or v.bytes}
+        return delta
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        """JSON-friendly form, kinds in canonical order."""
+        order = sorted(self.kinds, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS))
+        return {k: vars(self.kinds[k]).copy() for k in order}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, dict[str, float]]) -> IOStats:
+        """Inverse of :meth:`to_dict`."""
+        return cls({k: KindStats(**v) for k, v in data.items()})  # type: ignore[arg-type]

@@ -1,0 +1,152 @@
+"""The storage interface every other module uses: one facade over any backend.
+
+::
+
+    caller ──> Store ──(retry + backoff + jitter, counting, key prefix)──> Backend (local | S3)
+
+This is the only place where storage requests are retried and counted, so every backend gets the
+same fault handling and the same request accounting (see :mod:`croupier.storage.stats`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from croupier.config import RetryPolicy
+from croupier.errors import StorageError, TransientStorageError
+from croupier.storage.backend import Backend, Buffer, ObjectInfo
+from croupier.storage.stats import IOStats
+
+T = TypeVar("T")
+
+#: Threads one store uses to fetch several byte ranges of an object at once.
+RANGE_FETCH_THREADS = 8
+
+
+class Store:
+    """Atomic put, get, ranged get(s), head, list and batched delete, relative to a root prefix.
+
+    State:
+        backend: raw I/O under the store's root
+        prefix:  key prefix this view adds (``""`` for the root itself, else ends with ``/``)
+        retry:   backoff policy for transient failures
+        stats:   request counters, shared by all views of one backend
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        retry: RetryPolicy = RetryPolicy(),
+        stats: IOStats | None = None,
+        prefix: str = "",
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.backend = backend
+        self.retry = retry
+        self.stats = stats if stats is not None else IOStats()
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self._sleep = sleep
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def url(self) -> str:
+        """URL of this view's root (without credentials)."""
+        return f"{self.backend.url}/{self.prefix}".rstrip("/")
+
+    def sub(self, prefix: str) -> Store:
+        """Return a view rooted at ``prefix`` below this one; it shares backend and counters."""
+        return Store(self.backend, self.retry, self.stats, self.prefix + prefix.strip("/"), self._sleep)
+
+    def put(self, key: str, data: Buffer | Sequence[Buffer]) -> None:
+        """Store ``data`` (one buffer, or parts to concatenate) at ``key`` atomically."""
+        parts: Sequence[Buffer] = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        size = sum(memoryview(p).nbytes for p in parts)
+        self._run("PUT", key, lambda: self.backend.put(self.prefix + key, parts), lambda _: size)
+
+    def get(self, key: str) -> Buffer:
+        """Return the whole object at ``key``."""
+        return self._run("GET", key, lambda: self.backend.get(self.prefix + key), _nbytes)
+
+    def get_range(self, key: str, start: int, end: int) -> Buffer:
+        """Return bytes [start, end) of the object at ``key`` (one ranged GET)."""
+        if start < 0 or end < start:
+            raise StorageError(f"invalid byte range [{start}, {end}) for {self.url}/{key}")
+        return self._run("GET_RANGE", key, lambda: self.backend.get_range(self.prefix + key, start, end), _nbytes)
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
+        """Return several byte ranges of one object, fetched concurrently (one ranged GET each)."""
+        if len(ranges) <= 1:
+            return [self.get_range(key, s, e) for s, e in ranges]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(RANGE_FETCH_THREADS, thread_name_prefix="croupier-range")
+        return list(self._pool.map(lambda r: self.get_range(key, r[0], r[1]), ranges))
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return the key and size of one object."""
+        info = self._run("HEAD", key, lambda: self.backend.head(self.prefix + key), lambda _: 0)
+        return ObjectInfo(key, info.size)
+
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored at ``key`` (one HEAD)."""
+        from croupier.errors import ObjectNotFound
+
+        try:
+            self.head(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """All objects whose key starts with ``prefix``, sorted by key (one LIST per page)."""
+        pages = self._run("LIST", prefix, lambda: self.backend.list_pages(self.prefix + prefix), lambda _: 0)
+        self.stats.record("LIST", requests=len(pages) - 1)  # _run counted the first page
+        cut = len(self.prefix)
+        return [ObjectInfo(o.key[cut:], o.size) for page in pages for o in page]
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Delete ``keys`` in batches (one DELETE request per batch); missing keys are ignored."""
+        batch = self.backend.delete_batch
+        for i in range(0, len(keys), batch):
+            chunk = [self.prefix + k for k in keys[i : i + batch]]
+            self._run("DELETE", chunk[0], lambda c=chunk: self.backend.delete(c), lambda _: 0)
+
+    def delete_prefix(self, prefix: str = "") -> int:
+        """Delete every object under ``prefix``; return how many there were."""
+        keys = [o.key for o in self.list(prefix)]
+        self.delete(keys)
+        return len(keys)
+
+    def close(self) -> None:
+        """Release the range-fetch threads and the backend's connections."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+        self.backend.close()
+
+    def _run(self, kind: str, key: str, call: Callable[[], T], size_of: Callable[[T], int]) -> T:
+        """Run one request, retrying transient failures with exponential backoff and full jitter."""
+        policy = self.retry
+        for attempt in range(1, policy.attempts + 1):
+            started = time.perf_counter()
+            try:
+                result = call()
+            except TransientStorageError as exc:
+                if attempt == policy.attempts:
+                    raise StorageError(
+                        f"{kind} {self.url}/{key} still failing after {attempt} attempts: {exc}; "
+                        "the store may be overloaded: lower the concurrency or retry later"
+                    ) from exc
+                self.stats.record_retry(kind)
+                delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
+                self._sleep(random.uniform(0, delay))
+                continue
+            self.stats.record(kind, size_of(result), seconds=time.perf_counter() - started)
+            return result
+        raise AssertionError("unreachable: RetryPolicy.attempts must be >= 1")
+
+
+def _nbytes(buf: Buffer) -> int:
+    return memoryview(buf).nbytes
