@@ -9,9 +9,11 @@ add them up per stage.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 KINDS = ("PUT", "GET", "GET_RANGE", "HEAD", "LIST", "DELETE")
+_LOCK = threading.Lock()  # counters are updated from range-fetch threads too
 
 
 @dataclass
@@ -43,14 +45,16 @@ class IOStats:
 
     def record(self, kind: str, nbytes: int = 0, requests: int = 1, seconds: float = 0.0) -> None:
         """Count ``requests`` successful requests of ``kind`` that moved ``nbytes``."""
-        stats = self.kinds.setdefault(kind, KindStats())
-        stats.requests += requests
-        stats.bytes += nbytes
-        stats.seconds += seconds
+        with _LOCK:
+            stats = self.kinds.setdefault(kind, KindStats())
+            stats.requests += requests
+            stats.bytes += nbytes
+            stats.seconds += seconds
 
     def record_retry(self, kind: str) -> None:
         """Count one retried attempt of a ``kind`` request."""
-        self.kinds.setdefault(kind, KindStats()).retries += 1
+        with _LOCK:
+            self.kinds.setdefault(kind, KindStats()).retries += 1
 
     def merge(self, other: IOStats) -> None:
         """Add all of ``other``'s counters into this one."""

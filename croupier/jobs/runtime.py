@@ -1,0 +1,102 @@
+"""One job run on the driver: its id, executor, stores, stages and report.
+
+A run owns a run-scoped prefix for intermediate objects (``<tmp>/<run_id>/``) and deletes it when it
+ends, on success and on failure. Every stage's task results are folded into a
+:class:`croupier.report.StageReport`; the driver's own requests (listing, manifests, cleanup) are
+reported as the stage ``driver``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from typing import Sequence
+
+from tqdm import tqdm
+
+from croupier.compute.base import Executor, Task, TaskResult
+from croupier.config import Config
+from croupier.report import RunReport, StageReport
+from croupier.storage import IOStats, Store, open_store
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus random suffix."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+class Run:
+    """Driver-side state of one job run.
+
+    State:
+        config:   the run's config
+        run_id:   unique id; names the intermediate prefix
+        executor: runs the tasks (created here and closed at the end unless given)
+        report:   stages so far and the job's summary
+        driver_io: requests the driver itself makes
+    """
+
+    def __init__(self, job: str, config: Config, executor: Executor | None = None) -> None:
+        self.config = config
+        self.run_id = new_run_id()
+        self.report = RunReport(job, self.run_id)
+        self.driver_io = IOStats()
+        self._own_executor = executor is None
+        if executor is None:
+            from croupier.compute.local import LocalExecutor
+
+            executor = LocalExecutor(config)
+        self.executor = executor
+        self._stores: dict[str, Store] = {}
+        self._started = time.perf_counter()
+
+    def store(self, url: str) -> Store:
+        """A driver-side store for ``url``; its requests count as the ``driver`` stage."""
+        if url not in self._stores:
+            self._stores[url] = open_store(url, self.config, self.driver_io)
+        return self._stores[url]
+
+    def tmp_url(self, output_url: str) -> str:
+        """URL of this run's intermediate prefix: ``<tmp or output>/_croupier_tmp/<run_id>``."""
+        base = self.config.tmp_url or output_url
+        return f"{base.rstrip('/')}/_croupier_tmp/{self.run_id}"
+
+    def stage(self, name: str, tasks: Sequence[Task]) -> list[TaskResult]:
+        """Run ``tasks`` as one stage, with a progress bar; record its report."""
+        report = StageReport(name, tasks=len(tasks))
+        started = time.perf_counter()
+        with tqdm(total=len(tasks), desc=f"{self.report.job}: {name}", unit="task", disable=not self._progress(), leave=False) as bar:
+            results = self.executor.map(tasks, on_done=lambda r: bar.update(1))
+        report.wall_seconds = time.perf_counter() - started
+        for result in results:
+            report.io.merge(result.io)
+            report.task_seconds += result.seconds
+            report.slowest_task_seconds = max(report.slowest_task_seconds, result.seconds)
+            report.peak_rss = max(report.peak_rss, result.peak_rss)
+            report.retried_tasks += result.attempts > 1
+        self.report.stages.append(report)
+        return results
+
+    def _progress(self) -> bool:
+        if self.config.progress is not None:
+            return self.config.progress
+        return sys.stderr.isatty() and not os.environ.get("CI")
+
+    def finish(self) -> RunReport:
+        """Close the run: add the driver's requests, the wall time, and release resources."""
+        driver = StageReport("driver", io=self.driver_io.snapshot())
+        if driver.io.kinds:
+            self.report.stages.append(driver)
+        self.report.wall_seconds = time.perf_counter() - self._started
+        self.close()
+        return self.report
+
+    def close(self) -> None:
+        """Stop the executor (if this run created it) and close driver stores."""
+        if self._own_executor:
+            self.executor.close()
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()

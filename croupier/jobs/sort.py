@@ -1,0 +1,292 @@
+"""The sort job (TeraSort): sampled range partitioning and a direct exchange through storage.
+
+::
+
+    input objects ──> [sample] ──splitters──> [map: partition] ──shuffle objects──> [reduce: sort] ──> part-*
+                       P tasks   (driver)      P tasks, plan.writes        plan.reads   P tasks
+
+* sample: each mapper's share of the input is sampled with a few ranged reads; the driver picks
+  P-1 splitters on the composite (key, row position), robust to skew and duplicate keys.
+* map: reads its share, assigns each record to a reducer, writes one object per reducer.
+* reduce: reads its objects in mapper order, sorts stably by key, writes ``part-{r}``; the
+  concatenation of the parts in name order is globally sorted.
+* commit: ``_SUCCESS`` lists the parts. Intermediate objects live under a run-scoped prefix and are
+  deleted on success and on failure; on failure the parts written so far are deleted too.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from croupier.compute.base import Executor, Task
+from croupier.compute.context import TaskContext
+from croupier.config import Config
+from croupier.errors import ConfigError, InputError
+from croupier.exchange.direct import DirectExchange
+from croupier.jobs.common import list_inputs, prepare_output, write_manifest
+from croupier.jobs.runtime import Run
+from croupier.ops import codec, partition
+from croupier.ops.formats import FORMATS, detect_format, key_bytes, output_name, read_records, write_records
+from croupier.ops.records import KEY_SIZE, RECORD_SIZE, key_columns, sort_order, take
+from croupier.report import RunReport
+from croupier.storage import ObjectInfo, Store
+from croupier.storage.rangefile import RangeFile
+
+#: Sampled keys per reducer; ~100 per reducer keeps partitions within a few % of even.
+SAMPLES_PER_REDUCER = 128
+MIN_SAMPLES = 1024
+SAMPLE_RUNS = 8  # ranged reads per piece when sampling gensort data
+FETCH_THREADS = 8  # concurrent GETs in a reducer
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of one input object a mapper reads: rows [start, stop) of ``key``; stop=-1 = to the end."""
+
+    key: str
+    fmt: str
+    start: int
+    stop: int
+    first_row: int = 0  # global row position of row ``start`` (filled in after sampling)
+
+
+def plan_pieces(objects: list[ObjectInfo], mappers: int) -> list[list[Piece]]:
+    """Split the input into ``mappers`` shares of about equal size.
+
+    gensort objects are cut at record boundaries so every mapper gets the same number of records;
+    Parquet objects are read whole, grouped greedily by bytes in name order.
+    """
+    formats = {detect_format(o.key) for o in objects}
+    if len(formats) > 1:
+        raise InputError(f"input mixes gensort and Parquet objects ({objects[0].key}, ...); use one format")
+    if formats == {"parquet"}:
+        return _group_whole(objects, mappers)
+    for o in objects:
+        if o.size % RECORD_SIZE:
+            raise InputError(
+                f"{o.key}: size {o.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size; "
+                "the object is truncated or not gensort data"
+            )
+    counts = [o.size // RECORD_SIZE for o in objects]
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    total = int(starts[-1])
+    shares: list[list[Piece]] = []
+    for m in range(mappers):
+        lo, hi = total * m // mappers, total * (m + 1) // mappers
+        share = []
+        for i, o in enumerate(objects):
+            a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
+            if a < b:
+                share.append(Piece(o.key, "gensort", a - int(starts[i]), b - int(starts[i]), a))
+        shares.append(share)
+    return shares
+
+
+def _group_whole(objects: list[ObjectInfo], groups: int) -> list[list[Piece]]:
+    total = sum(o.size for o in objects) or 1
+    shares: list[list[Piece]] = [[] for _ in range(groups)]
+    seen = 0
+    for o in objects:
+        shares[min(groups - 1, seen * groups // total)].append(Piece(o.key, "parquet", 0, -1))
+        seen += o.size
+    return shares
+
+
+def sample_share(ctx: TaskContext, url: str, share: list[Piece], samples: int, seed: int) -> list[tuple[int, bytes, bytes]]:
+    """Task: per piece of a mapper's share, (rows in the piece, sampled A keys, sampled B keys).
+
+    B carries the sampled record's row number local to the piece; the driver adds the piece's
+    global first row once every piece's size is known.
+    """
+    store = ctx.store(url)
+    rng = np.random.default_rng(seed)
+    per_piece = max(1, samples // max(1, len(share)))
+    out = []
+    for piece in share:
+        keys, positions, n = _sample_piece(store, piece, per_piece, rng)
+        hi, lo = key_columns(keys)
+        a, b = partition.composite_keys(hi, lo, 0)
+        out.append((n, a.tobytes(), (b | positions.astype(np.uint64)).tobytes()))
+    return out
+
+
+def _sample_piece(store: Store, piece: Piece, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+    """(sampled records, their row numbers within the piece, rows in the piece).
+
+    Parquet: only the footer and the ``key`` column chunks are fetched. gensort: a few runs of
+    consecutive records at random offsets, fetched together as several ranges of one object.
+    """
+    if piece.fmt == "parquet":
+        keys = _read_parquet_keys(store, piece.key)
+        n = len(keys)
+        picks = np.sort(rng.choice(n, size=min(k, n), replace=False)) if n else np.empty(0, np.int64)
+        rows = np.zeros((len(picks), RECORD_SIZE), np.uint8)
+        rows[:, :KEY_SIZE] = keys[picks]
+        return rows, picks, n
+    n = piece.stop - piece.start
+    if n == 0:
+        return np.empty((0, RECORD_SIZE), np.uint8), np.empty(0, np.int64), 0
+    run = max(1, -(-k // SAMPLE_RUNS))
+    starts = np.unique(rng.integers(0, max(1, n - run + 1), size=min(SAMPLE_RUNS, n)))
+    stops = np.minimum(starts + run, n)
+    ranges = [((piece.start + int(a)) * RECORD_SIZE, (piece.start + int(b)) * RECORD_SIZE) for a, b in zip(starts, stops)]
+    chunks = store.get_ranges(piece.key, ranges)
+    records = np.concatenate([np.frombuffer(c, np.uint8).reshape(-1, RECORD_SIZE) for c in chunks])
+    positions = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)])
+    return records, positions, n
+
+
+def _read_parquet_keys(store: Store, key: str) -> np.ndarray:
+    """Keys of a Parquet object as (n, 10) uint8, fetching only its footer and key column chunks."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = f"{store.url}/{key}"
+    try:
+        table = pq.read_table(RangeFile(store, key), columns=["key"])
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise InputError(f"{where}: cannot read column 'key' as Parquet ({exc}); is it truncated or corrupt?") from exc
+    return key_bytes(table, where)
+
+
+def map_share(
+    ctx: TaskContext, url: str, share: list[Piece], splitters: tuple[bytes, bytes], shuffle_url: str, writes: list[str], fmt: str
+) -> list[int]:
+    """Task: partition a mapper's share by the splitters; write one object per reducer; return sizes."""
+    store = ctx.store(url)
+    records = _read_share(store, share)
+    split_a = np.frombuffer(splitters[0], np.uint64)
+    split_b = np.frombuffer(splitters[1], np.uint64)
+    reducers = len(writes)
+    if len(records):
+        hi, lo = key_columns(records)
+        rows = np.concatenate([np.arange(p.first_row, p.first_row + p.stop - p.start, dtype=np.uint64) for p in share])
+        a, b = hi, (lo.astype(np.uint64) << np.uint64(partition.ROWPOS_BITS)) | rows
+        order, bounds = partition.group_by_partition(partition.assign(a, b, split_a, split_b), reducers)
+        grouped = take(records, order)
+    else:
+        grouped, bounds = records, np.zeros(reducers + 1, np.int64)
+    shuffle = ctx.store(shuffle_url)
+    sizes = []
+    for r, key in enumerate(writes):
+        blob = codec.encode(grouped[bounds[r] : bounds[r + 1]], fmt)
+        shuffle.put(key, blob)
+        sizes.append(memoryview(blob).nbytes)
+    return sizes
+
+
+def _read_share(store: Store, share: list[Piece]) -> np.ndarray:
+    """All records of a share, in input order; checks each piece has the rows sampling saw."""
+    parts = []
+    for piece in share:
+        where = f"{store.url}/{piece.key}"
+        if piece.fmt == "gensort":
+            buf = store.get_range(piece.key, piece.start * RECORD_SIZE, piece.stop * RECORD_SIZE)
+        else:
+            buf = store.get(piece.key)
+        records = read_records(buf, piece.fmt, where)
+        if len(records) != piece.stop - piece.start:
+            raise InputError(f"{where}: has {len(records)} records now but {piece.stop - piece.start} when sampled; was the input changed during the sort?")
+        parts.append(records)
+    if not parts:
+        return np.empty((0, RECORD_SIZE), np.uint8)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def reduce_partition(ctx: TaskContext, shuffle_url: str, reads: list[str], fmt: str, out_url: str, out_key: str, out_fmt: str) -> tuple[int, int]:
+    """Task: read this reducer's objects, sort them by key, write one output object; return (records, bytes)."""
+    shuffle = ctx.store(shuffle_url)
+    with ThreadPoolExecutor(min(FETCH_THREADS, max(1, len(reads)))) as pool:
+        blobs = list(pool.map(shuffle.get, reads))
+    parts = [codec.decode(b, fmt) for b in blobs]
+    records = np.concatenate(parts) if parts else np.empty((0, RECORD_SIZE), np.uint8)
+    del blobs, parts
+    if len(records):
+        records = take(records, sort_order(*key_columns(records)))
+    blob = write_records(records, out_fmt)
+    ctx.store(out_url).put(out_key, blob)
+    return len(records), memoryview(blob).nbytes
+
+
+def sort(
+    input_url: str,
+    output_url: str,
+    workers: int,
+    config: Config,
+    out_format: str = "gensort",
+    overwrite: bool = False,
+    seed: int = 0,
+    executor: Executor | None = None,
+) -> RunReport:
+    """Sort the records under ``input_url`` into ``workers`` output objects under ``output_url``."""
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    if out_format not in FORMATS:
+        raise ConfigError(f"output format must be one of {FORMATS}, got {out_format!r}")
+    run = Run("sort", config, executor)
+    shuffle_url = run.tmp_url(output_url)
+    out = run.store(output_url)
+    plan = DirectExchange(workers, workers)
+    out_keys = [output_name(r, out_format) for r in range(workers)]
+    committed = False
+    try:
+        objects = list_inputs(run.store(input_url))
+        prepare_output(out, overwrite)
+        shares = plan_pieces(objects, workers)
+        shares, splitters = _sample(run, input_url, shares, workers, seed)
+        map_results = run.stage(
+            "map",
+            [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan.writes(m), config.intermediate_format)) for m in range(workers)],
+        )
+        shuffle_bytes = sum(sum(r.value) for r in map_results)
+        reduce_results = run.stage(
+            "reduce",
+            [Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan.reads(r), config.intermediate_format, output_url, out_keys[r], out_format)) for r in range(workers)],
+        )
+        records = sum(r.value[0] for r in reduce_results)
+        parts = [{"key": k, "records": r.value[0], "bytes": r.value[1]} for k, r in zip(out_keys, reduce_results)]
+        write_manifest(out, {"job": "sort", "run_id": run.run_id, "format": out_format, "records": records, "parts": parts})
+        committed = True
+        run.report.summary.update(
+            records=records,
+            workers=workers,
+            exchange=plan.name,
+            shuffle_bytes=shuffle_bytes,
+            intermediate_format=config.intermediate_format,
+            output_format=out_format,
+        )
+    finally:
+        run.store(shuffle_url).delete_prefix()
+        if not committed:
+            out.delete(out_keys)
+        report = run.finish()
+    return report
+
+
+def _sample(run: Run, url: str, shares: list[list[Piece]], workers: int, seed: int) -> tuple[list[list[Piece]], tuple[bytes, bytes]]:
+    """Sample stage: splitters for ``workers`` reducers, and the global first row of every piece."""
+    per_task = max(MIN_SAMPLES, SAMPLES_PER_REDUCER * workers) // workers + 1
+    tasks = [Task(f"sample-{m}", sample_share, (url, share, per_task, seed + m)) for m, share in enumerate(shares)]
+    results = run.stage("sample", tasks)
+    fixed: list[list[Piece]] = []
+    a_parts, b_parts = [], []
+    row = 0
+    for share, result in zip(shares, results):
+        pieces = []
+        for piece, (n, a, b) in zip(share, result.value):
+            stop = piece.stop if piece.stop >= 0 else n
+            pieces.append(Piece(piece.key, piece.fmt, piece.start, stop, row))
+            a_parts.append(np.frombuffer(a, np.uint64))
+            b_parts.append(np.frombuffer(b, np.uint64) + np.uint64(row))
+            row += stop - piece.start
+        fixed.append(pieces)
+    if row >= partition.MAX_ROWS:
+        raise InputError(f"{url}: {row} records exceed the supported 2**{partition.ROWPOS_BITS}")
+    empty = np.empty(0, np.uint64)
+    a = np.concatenate(a_parts) if a_parts else empty
+    b = np.concatenate(b_parts) if b_parts else empty
+    split_a, split_b = partition.choose_splitters(a, b, workers)
+    return fixed, (split_a.tobytes(), split_b.tobytes())

@@ -1,0 +1,106 @@
+"""Run reports: per stage wall time, tasks, bytes and requests by kind; text and JSON forms."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from croupier.storage.stats import KINDS, IOStats
+from croupier.units import format_bytes
+
+
+@dataclass
+class StageReport:
+    """What one stage did and cost."""
+
+    name: str
+    wall_seconds: float = 0.0
+    tasks: int = 0
+    io: IOStats = field(default_factory=IOStats)
+    task_seconds: float = 0.0
+    slowest_task_seconds: float = 0.0
+    peak_rss: int = 0
+    retried_tasks: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {
+            "name": self.name,
+            "wall_seconds": round(self.wall_seconds, 4),
+            "tasks": self.tasks,
+            "bytes_read": self.io.bytes_read,
+            "bytes_written": self.io.bytes_written,
+            "requests": {k: v["requests"] for k, v in self.io.to_dict().items()},
+            "io": self.io.to_dict(),
+            "task_seconds": round(self.task_seconds, 4),
+            "slowest_task_seconds": round(self.slowest_task_seconds, 4),
+            "peak_rss": self.peak_rss,
+            "retried_tasks": self.retried_tasks,
+        }
+
+
+@dataclass
+class RunReport:
+    """Stages of one job run plus a job-specific summary (records, checksums, validity...)."""
+
+    job: str
+    run_id: str
+    stages: list[StageReport] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def io(self) -> IOStats:
+        """Requests and bytes of all stages together."""
+        total = IOStats()
+        for stage in self.stages:
+            total.merge(stage.io)
+        return total
+
+    def stage(self, name: str) -> StageReport:
+        """The stage called ``name``."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(f"no stage {name!r} in run {self.run_id}; stages: {[s.name for s in self.stages]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        total = self.io
+        return {
+            "job": self.job,
+            "run_id": self.run_id,
+            "wall_seconds": round(self.wall_seconds, 4),
+            "summary": self.summary,
+            "stages": [s.to_dict() for s in self.stages],
+            "totals": {
+                "bytes_read": total.bytes_read,
+                "bytes_written": total.bytes_written,
+                "requests": {k: v["requests"] for k, v in total.to_dict().items()},
+                "retries": total.retries,
+            },
+        }
+
+    def write_json(self, path: str) -> None:
+        """Write :meth:`to_dict` as JSON to a local file."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, default=str)
+
+    def render(self) -> str:
+        """A plain-text table of the stages, the totals and the summary."""
+        kinds = [k for k in KINDS if self.io.requests(k) or self.io.kinds.get(k)]
+        header = f"{'stage':<10} {'wall s':>8} {'tasks':>6} {'read':>11} {'written':>11} " + " ".join(f"{k:>9}" for k in kinds)
+        lines = [f"{self.job} run {self.run_id}: {self.wall_seconds:.2f} s", header, "-" * len(header)]
+        rows = [(s.name, s.wall_seconds, s.tasks, s.io) for s in self.stages]
+        rows.append(("total", self.wall_seconds, sum(s.tasks for s in self.stages), self.io))
+        for name, wall, tasks, io in rows:
+            lines.append(
+                f"{name:<10} {wall:>8.2f} {tasks:>6} {format_bytes(io.bytes_read):>11} "
+                f"{format_bytes(io.bytes_written):>11} " + " ".join(f"{io.requests(k):>9}" for k in kinds)
+            )
+        if self.io.retries:
+            lines.append(f"retried requests: {self.io.retries}")
+        for key, value in self.summary.items():
+            lines.append(f"{key}: {value}")
+        return "\n".join(lines)
