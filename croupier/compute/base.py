@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from croupier.config import Config
 from croupier.storage.stats import IOStats
 
 #: Largest pickled result a task may return; bigger data belongs in storage.
@@ -46,9 +47,16 @@ class Executor(ABC):
 
     @abstractmethod
     def map(
-        self, tasks: Sequence[Task], on_done: Callable[[TaskResult], None] | None = None
+        self,
+        tasks: Sequence[Task],
+        config: Config | None = None,
+        on_done: Callable[[TaskResult], None] | None = None,
     ) -> list[TaskResult]:
         """Run all ``tasks``; return their results in task order.
+
+        ``config`` is the run's config handed to each task (stores, formats); the executor's own
+        config sets only its limits (concurrency, memory, time). ``on_done`` sees each result as it
+        arrives (progress bars).
 
         Raises :class:`croupier.errors.TaskError` (task id, cause, worker traceback) when a task fails
         for good; other tasks of the call are then cancelled.

@@ -77,16 +77,20 @@ class LocalExecutor(Executor):
             self._workers.append(self._start_worker())
 
     def map(
-        self, tasks: Sequence[Task], on_done: Callable[[TaskResult], None] | None = None
+        self,
+        tasks: Sequence[Task],
+        config: Config | None = None,
+        on_done: Callable[[TaskResult], None] | None = None,
     ) -> list[TaskResult]:
         if not tasks:
             return []
+        task_config = config if config is not None else self.config
         self._ensure_workers(min(self.config.concurrency, len(tasks)))
         pending: deque[tuple[Task, int]] = deque((t, 1) for t in tasks)
         results: dict[str, TaskResult] = {}
         try:
             while len(results) < len(tasks):
-                self._dispatch(pending)
+                self._dispatch(pending, task_config)
                 for worker, reply in self._collect():
                     outcome = self._settle(worker, reply, pending)
                     if outcome is not None:
@@ -98,7 +102,7 @@ class LocalExecutor(Executor):
             raise
         return [results[t.id] for t in tasks]
 
-    def _dispatch(self, pending: deque[tuple[Task, int]]) -> None:
+    def _dispatch(self, pending: deque[tuple[Task, int]], config: Config) -> None:
         """Hand queued tasks to idle workers."""
         for worker in self._workers:
             if not pending:
@@ -106,7 +110,7 @@ class LocalExecutor(Executor):
             if worker.task is None:
                 task, attempt = pending.popleft()
                 worker.task, worker.attempt, worker.started = task, attempt, time.time()
-                worker.conn.send((task.id, task.fn, task.args, self.config))
+                worker.conn.send((task.id, task.fn, task.args, config))
 
     def _collect(self) -> list[tuple[_Worker, tuple[Any, ...] | None]]:
         """Wait for replies, deaths or time-outs; return (worker, reply or None if it died)."""

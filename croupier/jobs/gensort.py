@@ -18,7 +18,7 @@ from croupier.units import format_bytes
 def generate_part(ctx: TaskContext, url: str, key: str, first: int, count: int, seed: int, ascii_keys: bool) -> int:
     """Task: generate records [first, first+count) and store them at ``key``; return the count."""
     records = generate(first, count, seed, ascii_keys)
-    ctx.store(url).put(key, memoryview(records).cast("B"))
+    ctx.store(url).put(key, memoryview(records.reshape(-1)))
     return count
 
 

@@ -68,7 +68,7 @@ class Run:
         report = StageReport(name, tasks=len(tasks))
         started = time.perf_counter()
         with tqdm(total=len(tasks), desc=f"{self.report.job}: {name}", unit="task", disable=not self._progress(), leave=False) as bar:
-            results = self.executor.map(tasks, on_done=lambda r: bar.update(1))
+            results = self.executor.map(tasks, self.config, on_done=lambda r: bar.update(1))
         report.wall_seconds = time.perf_counter() - started
         for result in results:
             report.io.merge(result.io)

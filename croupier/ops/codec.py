@@ -20,7 +20,7 @@ _SCHEMA = pa.schema([("record", pa.binary(RECORD_SIZE))])
 def encode(records: np.ndarray, fmt: str) -> Buffer:
     """Serialise ``(n, 100)`` records for a shuffle object."""
     if fmt == "raw":
-        return memoryview(np.ascontiguousarray(records)).cast("B")
+        return memoryview(np.ascontiguousarray(records).reshape(-1))
     compression = {"arrow": None, "arrow-lz4": "lz4", "arrow-zstd": "zstd"}[fmt]
     data = pa.py_buffer(np.ascontiguousarray(records))
     column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(RECORD_SIZE), len(records), [None, data])

@@ -78,7 +78,7 @@ def records_from_table(table: pa.Table, where: str) -> np.ndarray:
 def write_records(records: np.ndarray, fmt: str) -> Buffer:
     """Encode ``(n, 100)`` records as a stored object of format ``fmt``."""
     if fmt == "gensort":
-        return memoryview(np.ascontiguousarray(records)).cast("B")
+        return memoryview(np.ascontiguousarray(records).reshape(-1))
     n = len(records)
     key = pa.py_buffer(np.ascontiguousarray(records[:, :KEY_SIZE]))
     payload = pa.py_buffer(np.ascontiguousarray(records[:, KEY_SIZE:]))

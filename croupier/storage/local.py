@@ -11,6 +11,8 @@ import errno
 import os
 import uuid
 from pathlib import Path
+
+import numpy as np
 from typing import Sequence
 
 from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
@@ -49,23 +51,27 @@ class LocalBackend(Backend):
             raise _translate(exc, self.url, key) from exc
 
     def get(self, key: str) -> Buffer:
+        return self._read(key, 0, None)
+
+    def get_range(self, key: str, start: int, end: int) -> Buffer:
+        return self._read(key, start, end)
+
+    def _read(self, key: str, start: int, end: int | None) -> Buffer:
+        """Read [start, end) (end=None: to the end) into fresh, non-zeroed memory.
+
+        numpy's ``empty`` neither zeroes the buffer (as ``bytearray`` does) nor copies it again
+        (as ``os.pread`` into ``bytes`` does): one pass over the memory instead of two.
+        """
         path = self._path(key)
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                buf = bytearray(size)
-                read = f.readinto(buf)
+                stop = size if end is None else min(end, size)
+                buf = np.empty(max(0, stop - start), dtype=np.uint8)
+                read = os.preadv(f.fileno(), [buf], start) if len(buf) else 0
         except OSError as exc:
             raise _translate(exc, self.url, key) from exc
-        return buf if read == size else buf[:read]
-
-    def get_range(self, key: str, start: int, end: int) -> Buffer:
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                return os.pread(f.fileno(), max(0, end - start), start)
-        except OSError as exc:
-            raise _translate(exc, self.url, key) from exc
+        return memoryview(buf[:read])
 
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)

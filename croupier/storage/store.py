@@ -61,8 +61,12 @@ class Store:
         return Store(self.backend, self.retry, self.stats, self.prefix + prefix.strip("/"), self._sleep)
 
     def put(self, key: str, data: Buffer | Sequence[Buffer]) -> None:
-        """Store ``data`` (one buffer, or parts to concatenate) at ``key`` atomically."""
-        parts: Sequence[Buffer] = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        """Store ``data`` (one buffer, or a list/tuple of parts to concatenate) at ``key`` atomically.
+
+        Any object with the buffer protocol (bytes, memoryview, numpy arrays, pyarrow buffers)
+        counts as one buffer.
+        """
+        parts: Sequence[Buffer] = data if isinstance(data, (list, tuple)) else [data]  # type: ignore[list-item]
         size = sum(memoryview(p).nbytes for p in parts)
         self._run("PUT", key, lambda: self.backend.put(self.prefix + key, parts), lambda _: size)
 

@@ -1,0 +1,183 @@
+"""The ``croupier`` command: gensort, sort, valsort, and ``demo`` (the main job end to end)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import click
+
+from croupier.config import Config, S3Options
+from croupier.errors import CroupierError, TaskError
+from croupier.report import RunReport
+from croupier.units import format_bytes, parse_size
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class SizeType(click.ParamType):
+    """A size with units: 2GB, 512MiB, 1e9."""
+
+    name = "size"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return parse_size(value if isinstance(value, (int, float)) else str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeType()
+
+
+def _config(ctx: click.Context) -> Config:
+    return ctx.obj["config"]  # type: ignore[no-any-return]
+
+
+def _emit(report: RunReport, report_path: str | None) -> None:
+    click.echo(report.render())
+    if report_path:
+        report.write_json(report_path)
+        click.echo(f"report written to {report_path}")
+
+
+def _guard(fn: F) -> F:
+    """Turn Croupier errors into a clear message and exit code 1 instead of a traceback."""
+
+    def wrapper(*args: object, **kwargs: object) -> object:
+        try:
+            return fn(*args, **kwargs)
+        except TaskError as exc:
+            verbose = click.get_current_context().find_root().params.get("verbose")
+            detail = f"\n{exc.worker_traceback}" if verbose and exc.worker_traceback else ""
+            raise click.ClickException(f"task {exc.task_id} failed: {exc.cause}{detail}") from exc
+        except CroupierError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.option("--concurrency", type=int, default=None, help="Functions running at once (default: CPU count).")
+@click.option("--function-memory", type=SIZE, default=None, help="Memory budget of one function, e.g. 2GiB.")
+@click.option("--tmp", "tmp_url", default=None, help="Where intermediate objects go (default: under the output).")
+@click.option("--intermediate", type=click.Choice(["raw", "arrow", "arrow-lz4", "arrow-zstd"]), default=None, help="Encoding of shuffle objects.")
+@click.option("--s3-endpoint", default=None, help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL or AWS).")
+@click.option("--s3-anonymous", is_flag=True, default=False, help="Send unsigned S3 requests.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
+@click.pass_context
+def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, progress: bool | None, verbose: bool) -> None:
+    """Croupier: serverless-style data analytics through object storage."""
+    try:
+        config = Config.from_env(concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress)
+    except (CroupierError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if s3_endpoint or s3_anonymous:
+        s3 = config.s3
+        endpoint = s3_endpoint or s3.endpoint
+        config = config.with_(s3=S3Options(endpoint, s3.region, s3.access_key_id, s3.secret_access_key, s3.session_token, bool(endpoint and endpoint.startswith("http://")), s3.virtual_hosted_style, s3_anonymous or s3.anonymous))
+    ctx.obj = {"config": config}
+
+
+@main.command("gensort")
+@click.argument("out")
+@click.option("--size", type=SIZE, required=True, help="Bytes of records to write, e.g. 2GB (100 bytes per record).")
+@click.option("--parts", type=int, default=None, help="Number of objects (default: ~128 MB each, at least one per worker).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--ascii", "ascii_keys", is_flag=True, help="Printable keys and payload (gensort -a).")
+@click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
+@click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
+@click.pass_context
+@_guard
+def gensort_cmd(ctx: click.Context, out: str, size: int, parts: int | None, seed: int, ascii_keys: bool, overwrite: bool, report_path: str | None) -> None:
+    """Write SIZE bytes of TeraSort records (gensort layout) to OUT as several objects."""
+    from croupier.jobs.gensort import default_parts, gensort
+
+    config = _config(ctx)
+    report = gensort(out, size, parts or default_parts(size, config.concurrency), config, seed, ascii_keys, overwrite)
+    _emit(report, report_path)
+
+
+@main.command("sort")
+@click.argument("input_url", metavar="IN")
+@click.argument("output_url", metavar="OUT")
+@click.option("--workers", "-p", type=int, default=None, help="Number of mappers and reducers P (default: concurrency).")
+@click.option("--format", "out_format", type=click.Choice(["gensort", "parquet"]), default="gensort", show_default=True, help="Output format.")
+@click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
+@click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
+@click.pass_context
+@_guard
+def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, overwrite: bool, report_path: str | None) -> None:
+    """Sort the records under IN by key into OUT (part-00000, part-00001, ... in key order)."""
+    from croupier.jobs.sort import sort
+
+    config = _config(ctx)
+    report = sort(input_url, output_url, workers or config.concurrency, config, out_format, overwrite)
+    _emit(report, report_path)
+
+
+@main.command("valsort")
+@click.argument("output_url", metavar="OUT")
+@click.option("--input", "input_url", default=None, help="The sort's input: its record count and checksum must match.")
+@click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
+@click.pass_context
+@_guard
+def valsort_cmd(ctx: click.Context, output_url: str, input_url: str | None, report_path: str | None) -> None:
+    """Check OUT is globally sorted and (with --input) holds exactly IN's records; exit 1 if not."""
+    from croupier.jobs.valsort import valsort
+
+    result, report = valsort(output_url, _config(ctx), input_url)
+    _emit(report, report_path)
+    if not result.ok:
+        raise click.ClickException("validation FAILED: " + "; ".join(result.problems))
+    click.echo("validation passed")
+
+
+@main.command("demo")
+@click.option("--size", type=SIZE, default="1GB", show_default=True, help="Bytes of TeraSort records to generate.")
+@click.option("--dir", "workdir", default="croupier-demo", show_default=True, help="Local folder used as the object store.")
+@click.option("--workers", "-p", type=int, default=None, help="Mappers and reducers (default: concurrency).")
+@click.option("--keep", is_flag=True, help="Keep the generated input and sorted output.")
+@click.pass_context
+@_guard
+def demo_cmd(ctx: click.Context, size: int, workdir: str, workers: int | None, keep: bool) -> None:
+    """The main job on the embedded default: gensort SIZE, sort it, validate it, print the summary."""
+    from croupier.jobs.gensort import default_parts, gensort
+    from croupier.jobs.sort import sort
+    from croupier.jobs.valsort import valsort
+
+    config = _config(ctx)
+    root = Path(workdir).resolve()
+    inp, out = (root / "input").as_uri(), (root / "output").as_uri()
+    workers = workers or config.concurrency
+    click.echo(f"Croupier demo: {format_bytes(size)} of TeraSort records in {root}, {workers} workers, {config.concurrency} at once")
+    try:
+        started = time.perf_counter()
+        gen = gensort(inp, size, default_parts(size, config.concurrency), config, overwrite=True)
+        click.echo(f"generated {gen.summary['records']:,} records in {gen.wall_seconds:.2f} s")
+        srt = sort(inp, out, workers, config, overwrite=True)
+        click.echo(srt.render())
+        result, val = valsort(out, config, inp)
+        click.echo(val.render())
+        total = time.perf_counter() - started
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    records = srt.summary["records"]
+    click.echo(
+        f"\nsorted {records:,} records ({format_bytes(records * 100)}) in {srt.wall_seconds:.2f} s "
+        f"({records * 100 / srt.wall_seconds / 1e6:.0f} MB/s); validation {'passed' if result.ok else 'FAILED'}; "
+        f"demo total {total:.1f} s"
+    )
+    if not result.ok:
+        raise click.ClickException("validation FAILED: " + "; ".join(result.problems))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Module-level task functions for executor tests (tasks must be importable by worker processes)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from croupier.compute.context import TaskContext
+
+
+def square(ctx: TaskContext, x: int) -> int:
+    return x * x
+
+
+def whoami(ctx: TaskContext) -> tuple[str, int]:
+    return ctx.task_id, os.getpid()
+
+
+def fail_with(ctx: TaskContext, message: str) -> None:
+    raise ValueError(message)
+
+
+def hog_memory(ctx: TaskContext, nbytes: int) -> int:
+    block = bytearray(nbytes)
+    block[:: 4096] = b"\x01" * len(block[:: 4096])
+    return len(block)
+
+
+def sleep_for(ctx: TaskContext, seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def crash_once(ctx: TaskContext, marker: str) -> str:
+    """Kill the worker process the first time (marker file absent), succeed the second time."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("crashed")
+        os._exit(9)
+    return "survived"
+
+
+def big_result(ctx: TaskContext) -> bytes:
+    return b"x" * (8 << 20)
+
+
+def write_and_count(ctx: TaskContext, url: str, key: str) -> int:
+    store = ctx.store(url)
+    store.put(key, b"abc")
+    return len(bytes(store.get(key)))

@@ -1,0 +1,78 @@
+"""The local executor: results, failures with task id and traceback, memory budget, time limit, retries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from croupier.compute import LocalExecutor, Task
+from croupier.config import Config
+from croupier.errors import TaskError
+from tests import helpers
+
+
+@pytest.fixture(scope="module")
+def executor():  # type: ignore[no-untyped-def]
+    with LocalExecutor(Config(concurrency=2, function_memory=512 << 20, task_timeout=20), task_attempts=1) as ex:
+        yield ex
+
+
+def test_results_in_task_order_from_separate_processes(executor: LocalExecutor) -> None:
+    import os
+
+    results = executor.map([Task(f"t{i}", helpers.square, (i,)) for i in range(20)])
+    assert [r.value for r in results] == [i * i for i in range(20)]
+    pids = {r.value[1] for r in executor.map([Task(f"w{i}", helpers.whoami) for i in range(6)])}
+    assert os.getpid() not in pids
+    assert 1 <= len(pids) <= 2  # never more processes than the concurrency limit
+
+
+def test_exception_reaches_caller_with_task_id_and_traceback(executor: LocalExecutor) -> None:
+    with pytest.raises(TaskError) as info:
+        executor.map([Task("ok", helpers.square, (2,)), Task("bad-7", helpers.fail_with, ("kaboom",))])
+    err = info.value
+    assert err.task_id == "bad-7"
+    assert "ValueError: kaboom" in err.cause
+    assert "fail_with" in err.worker_traceback and "Traceback" in err.worker_traceback
+    # the executor is still usable afterwards
+    assert executor.map([Task("after", helpers.square, (3,))])[0].value == 9
+
+
+def test_memory_budget_stops_the_function(executor: LocalExecutor) -> None:
+    with pytest.raises(TaskError, match="memory budget of 512.0 MiB"):
+        executor.map([Task("hog", helpers.hog_memory, (700 << 20,))])
+    assert executor.map([Task("fine", helpers.hog_memory, (50 << 20,))])[0].value == 50 << 20
+
+
+def test_time_limit_fails_the_task() -> None:
+    with LocalExecutor(Config(concurrency=1, task_timeout=1), task_attempts=1) as ex:
+        with pytest.raises(TaskError, match="time limit of 1s"):
+            ex.map([Task("sleepy", helpers.sleep_for, (30,))])
+        assert ex.map([Task("next", helpers.square, (4,))])[0].value == 16
+
+
+def test_crashed_task_is_retried_alone(tmp_path: Path) -> None:
+    with LocalExecutor(Config(concurrency=2), task_attempts=2) as ex:
+        results = ex.map([Task("a", helpers.square, (5,)), Task("crash", helpers.crash_once, (str(tmp_path / "m"),))])
+    assert [r.value for r in results] == [25, "survived"]
+    assert [r.attempts for r in results] == [1, 2]
+
+
+def test_process_death_is_reported_when_retries_run_out(tmp_path: Path) -> None:
+    with LocalExecutor(Config(concurrency=1), task_attempts=1) as ex:
+        with pytest.raises(TaskError, match="worker process died"):
+            ex.map([Task("crash", helpers.crash_once, (str(tmp_path / "m2"),))])
+
+
+def test_large_results_are_refused(executor: LocalExecutor) -> None:
+    with pytest.raises(TaskError, match="put data in storage"):
+        executor.map([Task("big", helpers.big_result)])
+
+
+def test_task_requests_are_counted_and_returned(executor: LocalExecutor, tmp_path: Path) -> None:
+    result = executor.map([Task("io", helpers.write_and_count, (tmp_path.as_uri(), "k"))])[0]
+    assert result.value == 3
+    assert result.io.requests("PUT") == 1 and result.io.requests("GET") == 1
+    assert result.io.bytes_written == 3 and result.io.bytes_read == 3
+    assert result.peak_rss > 0
