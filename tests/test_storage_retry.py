@@ -1,0 +1,73 @@
+"""Transient failures are retried with backoff in the Store; permanent ones are not."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from croupier.config import Config, RetryPolicy, S3Options
+from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
+from croupier.storage import Store, open_store
+from croupier.storage.backend import Buffer
+from croupier.storage.local import LocalBackend
+
+
+class FlakyBackend(LocalBackend):
+    """The real local backend, failing the first ``failures`` calls of each operation transiently."""
+
+    def __init__(self, root: Path, failures: int) -> None:
+        super().__init__(root)
+        self.failures = failures
+        self.calls: dict[str, int] = {}
+
+    def _maybe_fail(self, op: str) -> None:
+        self.calls[op] = self.calls.get(op, 0) + 1
+        if self.calls[op] <= self.failures:
+            raise TransientStorageError(f"503 SlowDown on {op}")
+
+    def put(self, key: str, parts: Sequence[Buffer]) -> None:
+        self._maybe_fail("put")
+        super().put(key, parts)
+
+    def get(self, key: str) -> Buffer:
+        self._maybe_fail("get")
+        return super().get(key)
+
+
+def test_transient_failures_are_retried_and_counted(tmp_path: Path) -> None:
+    delays: list[float] = []
+    store = Store(FlakyBackend(tmp_path, failures=2), RetryPolicy(attempts=4, base_delay=0.1, max_delay=1), sleep=delays.append)
+    store.put("k", b"v")
+    assert bytes(store.get("k")) == b"v"
+    assert store.stats.requests("PUT") == 1 and store.stats.kinds["PUT"].retries == 2
+    assert store.stats.retries == 4
+    assert len(delays) == 4 and all(0 <= d <= 0.2 for d in delays)  # full jitter under 0.1 * 2**(n-1)
+
+
+def test_retries_give_up_with_a_clear_error(tmp_path: Path) -> None:
+    store = Store(FlakyBackend(tmp_path, failures=10), RetryPolicy(attempts=3, base_delay=0.001), sleep=lambda s: None)
+    with pytest.raises(StorageError, match="PUT .*/k still failing after 3 attempts.*lower the concurrency"):
+        store.put("k", b"v")
+
+
+def test_missing_objects_are_not_retried(tmp_path: Path) -> None:
+    backend = FlakyBackend(tmp_path, failures=0)
+    store = Store(backend, RetryPolicy(attempts=5), sleep=lambda s: None)
+    with pytest.raises(ObjectNotFound):
+        store.get("absent")
+    assert backend.calls["get"] == 1 and store.stats.retries == 0
+
+
+def test_s3_connection_refused_is_transient_and_retried() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    config = Config(s3=S3Options(endpoint=f"http://127.0.0.1:{port}", allow_http=True, anonymous=True), retry=RetryPolicy(attempts=2, base_delay=0.001), request_timeout=5)
+    store = open_store("s3://bucket/x", config)
+    with pytest.raises(StorageError, match="still failing after 2 attempts") as info:
+        store.get("k")
+    assert isinstance(info.value.__cause__, TransientStorageError)
+    assert store.stats.kinds["GET"].retries == 1
