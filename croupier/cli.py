@@ -66,7 +66,7 @@ def _guard(fn: F) -> F:
 @click.option("--concurrency", type=int, default=None, help="Functions running at once (default: CPU count).")
 @click.option("--function-memory", type=SIZE, default=None, help="Memory budget of one function, e.g. 2GiB.")
 @click.option("--tmp", "tmp_url", default=None, help="Where intermediate objects go (default: under the output).")
-@click.option("--intermediate", type=click.Choice(["raw", "arrow", "arrow-lz4", "arrow-zstd"]), default=None, help="Encoding of shuffle objects.")
+@click.option("--intermediate", type=click.Choice(["auto", "raw", "arrow", "arrow-lz4", "arrow-zstd"]), default=None, help="Encoding of shuffle objects (auto: raw locally, arrow-zstd on S3).")
 @click.option("--s3-endpoint", default=None, help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL or AWS).")
 @click.option("--s3-anonymous", is_flag=True, default=False, help="Send unsigned S3 requests.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")

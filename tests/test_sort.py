@@ -81,17 +81,17 @@ def test_tiny_and_empty_inputs(tmp_path, executor: LocalExecutor, n: int, worker
     assert sort_and_validate((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), config, executor, workers) == n
 
 
-def test_same_p_gives_byte_identical_output(tmp_path, executor: LocalExecutor) -> None:  # type: ignore[no-untyped-def]
-    config = Config(concurrency=2)
-    inp = (tmp_path / "in").as_uri()
+def test_same_p_gives_byte_identical_output_for_every_encoding(store_env: tuple[str, Config], executor: LocalExecutor) -> None:
+    root, config = store_env
+    inp = f"{root}/in"
     data.write_parts(inp, config, data.all_equal(5_000), parts=2)
     outputs = []
-    for name, fmt in (("a", "raw"), ("b", "arrow-lz4")):
-        out = (tmp_path / name).as_uri()
+    for name, fmt in (("a", "raw"), ("b", "arrow-lz4"), ("c", "arrow-zstd")):
+        out = f"{root}/{name}"
         sort(inp, out, 3, config.with_(intermediate_format=fmt), executor=executor)
         store = open_store(out, config)
         outputs.append([bytes(store.get(f"part-{i:05d}")) for i in range(3)])
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
 
 
 def test_request_counts_follow_the_direct_plan(tmp_path, executor: LocalExecutor) -> None:  # type: ignore[no-untyped-def]

@@ -231,6 +231,7 @@ def sort(
     out = run.store(output_url)
     plan = DirectExchange(workers, workers)
     out_keys = [output_name(r, out_format) for r in range(workers)]
+    encoding = config.shuffle_encoding(shuffle_url)
     committed = False
     try:
         objects = list_inputs(run.store(input_url))
@@ -239,12 +240,12 @@ def sort(
         shares, splitters = _sample(run, input_url, shares, workers, seed)
         map_results = run.stage(
             "map",
-            [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan.writes(m), config.intermediate_format)) for m in range(workers)],
+            [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan.writes(m), encoding)) for m in range(workers)],
         )
         shuffle_bytes = sum(sum(r.value) for r in map_results)
         reduce_results = run.stage(
             "reduce",
-            [Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan.reads(r), config.intermediate_format, output_url, out_keys[r], out_format)) for r in range(workers)],
+            [Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan.reads(r), encoding, output_url, out_keys[r], out_format)) for r in range(workers)],
         )
         records = sum(r.value[0] for r in reduce_results)
         parts = [{"key": k, "records": r.value[0], "bytes": r.value[1]} for k, r in zip(out_keys, reduce_results)]
@@ -255,7 +256,7 @@ def sort(
             workers=workers,
             exchange=plan.name,
             shuffle_bytes=shuffle_bytes,
-            intermediate_format=config.intermediate_format,
+            intermediate_format=encoding,
             output_format=out_format,
         )
     finally:

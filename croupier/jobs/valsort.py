@@ -22,7 +22,11 @@ from croupier.config import Config
 from croupier.errors import InputError
 from croupier.jobs.common import list_inputs, read_manifest
 from croupier.jobs.runtime import Run
-from croupier.ops.formats import detect_format, read_records
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from croupier.ops.formats import detect_format, read_records, records_from_table
+from croupier.storage.rangefile import RangeFile
 from croupier.ops.records import RECORD_SIZE, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
 from croupier.report import RunReport
 from croupier.storage import ObjectInfo, Store
@@ -71,11 +75,12 @@ class ValsortResult:
 
 
 def iter_chunks(store: Store, info: ObjectInfo) -> Iterator[np.ndarray]:
-    """Records of one object in bounded chunks (gensort by ranged reads; Parquet whole)."""
+    """Records of one object in bounded chunks, by ranged reads (gensort: record ranges; Parquet:
+    batches of row groups through a ranged-read file), so memory does not grow with object size."""
     where = f"{store.url}/{info.key}"
     fmt = detect_format(info.key)
     if fmt == "parquet":
-        yield read_records(store.get(info.key), fmt, where)
+        yield from _parquet_chunks(store, info, where)
         return
     if info.size % RECORD_SIZE:
         raise InputError(f"{where}: size {info.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size")
@@ -85,6 +90,15 @@ def iter_chunks(store: Store, info: ObjectInfo) -> Iterator[np.ndarray]:
         return
     for start in range(0, info.size, step):
         yield read_records(store.get_range(info.key, start, min(info.size, start + step)), fmt, where)
+
+
+def _parquet_chunks(store: Store, info: ObjectInfo, where: str) -> Iterator[np.ndarray]:
+    try:
+        parquet = pq.ParquetFile(RangeFile(store, info.key, info.size), buffer_size=8 << 20)
+        for batch in parquet.iter_batches(batch_size=CHUNK_RECORDS, columns=["key", "payload"]):
+            yield records_from_table(pa.Table.from_batches([batch]), where)
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise InputError(f"{where}: not a readable TeraSort Parquet file ({exc}); is it truncated or corrupt?") from exc
 
 
 def summarise_object(ctx: TaskContext, url: str, info: ObjectInfo, check_order: bool) -> ObjectSummary:

@@ -1,8 +1,10 @@
 """Encoding of shuffle objects: raw records, or Arrow IPC with lz4/zstd compression.
 
 Raw is the records' own bytes: no encoding cost, so it wins on fast local storage. Arrow IPC
-(one fixed-size-binary column) with compression trades CPU for fewer bytes, which can win where
-writes are slow (S3 PUT bandwidth). ``bench/intermediate_format.py`` measures both.
+(one fixed-size-binary column) with compression trades CPU for fewer bytes, which wins where writes
+are slow (S3 PUT bandwidth). ``bench/intermediate_format.py`` measures them; on this machine, 1 GB,
+P=4: local folder raw 3.5 s, lz4 4.5 s, zstd 5.3 s; SeaweedFS raw 19.6 s, lz4 18.9 s, zstd 18.4 s
+(gensort payloads compress 3.2x with zstd). Hence the "auto" default: raw locally, zstd on S3.
 """
 
 from __future__ import annotations

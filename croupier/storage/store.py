@@ -66,8 +66,9 @@ class Store:
         Any object with the buffer protocol (bytes, memoryview, numpy arrays, pyarrow buffers)
         counts as one buffer.
         """
-        parts: Sequence[Buffer] = data if isinstance(data, (list, tuple)) else [data]  # type: ignore[list-item]
-        size = sum(memoryview(p).nbytes for p in parts)
+        raw = data if isinstance(data, (list, tuple)) else [data]
+        parts = [_byte_view(p) for p in raw]
+        size = sum(p.nbytes for p in parts)
         self._run("PUT", key, lambda: self.backend.put(self.prefix + key, parts), lambda _: size)
 
     def get(self, key: str) -> Buffer:
@@ -150,6 +151,14 @@ class Store:
             self.stats.record(kind, size_of(result), seconds=time.perf_counter() - started)
             return result
         raise AssertionError("unreachable: RetryPolicy.attempts must be >= 1")
+
+
+def _byte_view(buf: Buffer) -> memoryview:
+    """A flat unsigned-byte view of any buffer (numpy arrays, pyarrow buffers use other formats)."""
+    view = memoryview(buf)
+    if view.format == "B" and view.ndim == 1:
+        return view
+    return view.cast("B") if view.nbytes else memoryview(b"")
 
 
 def _nbytes(buf: Buffer) -> int:
