@@ -89,3 +89,14 @@ def test_codecs_roundtrip_including_empty() -> None:
     for fmt in FORMATS:
         assert (decode(encode(recs, fmt), fmt) == recs).all()
         assert decode(encode(recs[:0], fmt), fmt).shape == (0, 100)
+
+
+def test_encode_parts_equals_encoding_the_concatenation() -> None:
+    recs = generate(0, 1000, seed=4)
+    pieces = [recs[:10], recs[10:10], recs[10:700], recs[700:]]
+    for fmt in FORMATS:
+        from croupier.ops.codec import encode_parts
+
+        blob = encode_parts(pieces, fmt)
+        joined = b"".join(bytes(b) for b in blob) if isinstance(blob, list) else bytes(blob)
+        assert (decode(joined, fmt) == recs).all()

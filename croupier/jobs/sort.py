@@ -155,45 +155,52 @@ def _read_parquet_keys(store: Store, key: str) -> np.ndarray:
 def map_share(
     ctx: TaskContext, url: str, share: list[Piece], splitters: tuple[bytes, bytes], shuffle_url: str, writes: list[str], fmt: str
 ) -> list[int]:
-    """Task: partition a mapper's share by the splitters; write one object per reducer; return sizes."""
+    """Task: partition a mapper's share by the splitters; write one object per reducer; return sizes.
+
+    Pieces are partitioned one at a time and each reducer's object is written from the pieces'
+    slices (several buffers, one PUT): the share is never concatenated into one array, which would
+    copy it once more.
+    """
     store = ctx.store(url)
-    records = _read_share(store, share)
-    split_a = np.frombuffer(splitters[0], np.uint64)
-    split_b = np.frombuffer(splitters[1], np.uint64)
-    reducers = len(writes)
-    if len(records):
-        hi, lo = key_columns(records)
-        rows = np.concatenate([np.arange(p.first_row, p.first_row + p.stop - p.start, dtype=np.uint64) for p in share])
-        a, b = hi, (lo.astype(np.uint64) << np.uint64(partition.ROWPOS_BITS)) | rows
-        order, bounds = partition.group_by_partition(partition.assign(a, b, split_a, split_b), reducers)
-        grouped = take(records, order)
-    else:
-        grouped, bounds = records, np.zeros(reducers + 1, np.int64)
+    split = (np.frombuffer(splitters[0], np.uint64), np.frombuffer(splitters[1], np.uint64))
+    slices: list[list[np.ndarray]] = [[] for _ in writes]
+    for piece in share:
+        grouped, bounds = _partition_piece(_read_piece(store, piece), piece.first_row, split, len(writes))
+        for r in range(len(writes)):
+            slices[r].append(grouped[bounds[r] : bounds[r + 1]])
     shuffle = ctx.store(shuffle_url)
     sizes = []
-    for r, key in enumerate(writes):
-        blob = codec.encode(grouped[bounds[r] : bounds[r + 1]], fmt)
+    for key, parts in zip(writes, slices):
+        blob = codec.encode_parts(parts, fmt)
         shuffle.put(key, blob)
-        sizes.append(memoryview(blob).nbytes)
+        sizes.append(sum(memoryview(b).nbytes for b in blob) if isinstance(blob, list) else memoryview(blob).nbytes)
     return sizes
 
 
-def _read_share(store: Store, share: list[Piece]) -> np.ndarray:
-    """All records of a share, in input order; checks each piece has the rows sampling saw."""
-    parts = []
-    for piece in share:
-        where = f"{store.url}/{piece.key}"
-        if piece.fmt == "gensort":
-            buf = store.get_range(piece.key, piece.start * RECORD_SIZE, piece.stop * RECORD_SIZE)
-        else:
-            buf = store.get(piece.key)
-        records = read_records(buf, piece.fmt, where)
-        if len(records) != piece.stop - piece.start:
-            raise InputError(f"{where}: has {len(records)} records now but {piece.stop - piece.start} when sampled; was the input changed during the sort?")
-        parts.append(records)
-    if not parts:
-        return np.empty((0, RECORD_SIZE), np.uint8)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+def _partition_piece(records: np.ndarray, first_row: int, split: tuple[np.ndarray, np.ndarray], reducers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group one piece's records by reducer (stable); return (grouped records, P+1 offsets)."""
+    if not len(records):
+        return records, np.zeros(reducers + 1, np.int64)
+    hi, lo = key_columns(records)
+    a, b = partition.composite_keys(hi, lo, first_row)
+    order, bounds = partition.group_by_partition(partition.assign(a, b, *split), reducers)
+    return take(records, order), bounds
+
+
+def _read_piece(store: Store, piece: Piece) -> np.ndarray:
+    """The records of one piece; checks it still has the rows sampling saw."""
+    where = f"{store.url}/{piece.key}"
+    if piece.fmt == "gensort":
+        buf = store.get_range(piece.key, piece.start * RECORD_SIZE, piece.stop * RECORD_SIZE)
+    else:
+        buf = store.get(piece.key)
+    records = read_records(buf, piece.fmt, where)
+    if len(records) != piece.stop - piece.start:
+        raise InputError(
+            f"{where}: has {len(records)} records now but {piece.stop - piece.start} when sampled; "
+            "was the input changed during the sort?"
+        )
+    return records
 
 
 def reduce_partition(ctx: TaskContext, shuffle_url: str, reads: list[str], fmt: str, out_url: str, out_key: str, out_fmt: str) -> tuple[int, int]:

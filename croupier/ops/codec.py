@@ -21,16 +21,31 @@ _SCHEMA = pa.schema([("record", pa.binary(RECORD_SIZE))])
 
 def encode(records: np.ndarray, fmt: str) -> Buffer:
     """Serialise ``(n, 100)`` records for a shuffle object."""
+    blob = encode_parts([records], fmt)
+    return blob[0] if isinstance(blob, list) else blob
+
+
+def encode_parts(parts: list[np.ndarray], fmt: str) -> Buffer | list[Buffer]:
+    """Serialise the concatenation of several record arrays without concatenating them.
+
+    raw: the arrays' own bytes as a list of buffers (written as one object by ``Store.put``);
+    Arrow: one IPC stream with a record batch per array.
+    """
     if fmt == "raw":
-        return memoryview(np.ascontiguousarray(records).reshape(-1))
+        return [memoryview(np.ascontiguousarray(p).reshape(-1)) for p in parts if len(p)] or [b""]
     compression = {"arrow": None, "arrow-lz4": "lz4", "arrow-zstd": "zstd"}[fmt]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, _SCHEMA, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        for records in parts:
+            if len(records):
+                writer.write_batch(_batch(records))
+    return sink.getvalue()
+
+
+def _batch(records: np.ndarray) -> pa.RecordBatch:
     data = pa.py_buffer(np.ascontiguousarray(records))
     column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(RECORD_SIZE), len(records), [None, data])
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
-    with pa.ipc.new_stream(sink, _SCHEMA, options=options) as writer:
-        writer.write_batch(pa.record_batch([column], schema=_SCHEMA))
-    return sink.getvalue()
+    return pa.record_batch([column], schema=_SCHEMA)
 
 
 def decode(buf: Buffer, fmt: str) -> np.ndarray:
