@@ -5,12 +5,13 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, TypeVar
 
 import click
 
-from croupier.config import Config, S3Options
+from croupier.config import Config
 from croupier.errors import CroupierError, TaskError
 from croupier.report import RunReport
 from croupier.units import format_bytes, parse_size
@@ -78,10 +79,10 @@ def main(ctx: click.Context, concurrency: int | None, function_memory: int | Non
         config = Config.from_env(concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress)
     except (CroupierError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
-    if s3_endpoint or s3_anonymous:
-        s3 = config.s3
-        endpoint = s3_endpoint or s3.endpoint
-        config = config.with_(s3=S3Options(endpoint, s3.region, s3.access_key_id, s3.secret_access_key, s3.session_token, bool(endpoint and endpoint.startswith("http://")), s3.virtual_hosted_style, s3_anonymous or s3.anonymous))
+    if s3_endpoint:
+        config = config.with_(s3=replace(config.s3, endpoint=s3_endpoint, allow_http=s3_endpoint.startswith("http://")))
+    if s3_anonymous:
+        config = config.with_(s3=replace(config.s3, anonymous=True))
     ctx.obj = {"config": config}
 
 

@@ -12,8 +12,11 @@ from croupier.storage import open_store
 from croupier.config import Config
 
 
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["--concurrency", "2", "--no-progress", *args], catch_exceptions=False)
+TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "cli-test", "AWS_SECRET_ACCESS_KEY": "cli-test-secret"}
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner(env=env).invoke(main, ["--concurrency", "2", "--no-progress", *args], catch_exceptions=False)
     return result.exit_code, result.output
 
 
@@ -57,3 +60,19 @@ def test_demo_runs_the_main_job(tmp_path: Path) -> None:
     assert code == 0, text
     assert "validation passed" in text and "sorted 20,000 records" in text
     assert not (tmp_path / "demo").exists()
+
+
+def test_s3_endpoint_flag_reaches_the_store(seaweedfs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import uuid
+
+    prefix = f"s3://croupier-test/cli-{uuid.uuid4().hex[:8]}"
+    s3 = ("--s3-endpoint", seaweedfs.endpoint)
+    code, text = run(*s3, "gensort", f"{prefix}/in", "--size", "50kB", "--parts", "2", env=TEST_CREDENTIALS)
+    assert code == 0, text
+    code, text = run(*s3, "sort", f"{prefix}/in", f"{prefix}/out", "-p", "2", env=TEST_CREDENTIALS)
+    assert code == 0, text
+    code, text = run(*s3, "valsort", f"{prefix}/out", "--input", f"{prefix}/in", env=TEST_CREDENTIALS)
+    assert code == 0 and "validation passed" in text
+    assert "cli-test-secret" not in text
+    code, text = run(*s3, "--s3-anonymous", "valsort", f"{prefix}/out")
+    assert code == 0 and "validation passed" in text

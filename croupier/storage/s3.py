@@ -86,6 +86,11 @@ class S3Backend(Backend):
             raise ObjectNotFound(f"{self.url}/{key}") from exc
         except (ObstoreError, OSError, RuntimeError) as exc:
             text = str(exc).split("\n\nDebug source:")[0]
+            if "169.254.169.254" in text or "latest/api/token" in text:
+                raise StorageError(
+                    f"no S3 credentials for {self.url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                    "(or use --s3-anonymous for an endpoint without authentication)"
+                ) from exc
             if any(marker in text.lower() for marker in _TRANSIENT_MARKERS):
                 raise TransientStorageError(f"transient error on {self.url}/{key}: {text}") from exc
             raise StorageError(f"storage error on {self.url}/{key}: {text}") from exc

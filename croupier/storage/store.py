@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from croupier.config import RetryPolicy
-from croupier.errors import StorageError, TransientStorageError
+from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
 from croupier.storage.stats import IOStats
 
@@ -96,8 +96,6 @@ class Store:
 
     def exists(self, key: str) -> bool:
         """Whether an object is stored at ``key`` (one HEAD)."""
-        from croupier.errors import ObjectNotFound
-
         try:
             self.head(key)
         except ObjectNotFound:
