@@ -18,7 +18,7 @@ from pathlib import Path
 
 from croupier.compute.context import TaskContext
 from croupier.config import Config
-from croupier.exchange.direct import DirectExchange
+from croupier.exchange.plan import ExchangePlan
 from croupier.jobs import sort as sortjob
 from croupier.jobs.common import list_inputs
 from croupier.jobs.gensort import gensort
@@ -58,12 +58,12 @@ def main() -> None:
         shares = sortjob.plan_pieces(list_inputs(run.store(inp)), p)
         shares, splitters = sortjob._sample(run, inp, shares, p, seed=0)
         run.finish()
-        plan = DirectExchange(p, p)
+        plan = ExchangePlan.direct(p)
         ctx = TaskContext("profile", config)
-        profile(f"map task (1/{p} of the data)", sortjob.map_share, ctx, inp, shares[0], splitters, shuffle, plan.writes(0), "raw")
+        profile(f"map task (1/{p} of the data)", sortjob.map_share, ctx, inp, shares[0], splitters, shuffle, plan, 0, "raw")
         for m in range(1, p):  # the other mappers' objects, so reducer 0 has all its input
-            sortjob.map_share(ctx, inp, shares[m], splitters, shuffle, plan.writes(m), "raw")
-        profile(f"reduce task (1/{p} of the data)", sortjob.reduce_partition, ctx, shuffle, plan.reads(0), "raw", out, "part-00000", "gensort")
+            sortjob.map_share(ctx, inp, shares[m], splitters, shuffle, plan, m, "raw")
+        profile(f"reduce task (1/{p} of the data)", sortjob.reduce_partition, ctx, shuffle, plan, 0, None, "raw", out, "part-00000", "gensort")
     finally:
         shutil.rmtree(root, ignore_errors=True)
         open_store(root.as_uri(), config).close()

@@ -18,6 +18,7 @@ class StageReport:
     wall_seconds: float = 0.0
     tasks: int = 0
     io: IOStats = field(default_factory=IOStats)
+    exchange: IOStats = field(default_factory=IOStats)
     task_seconds: float = 0.0
     slowest_task_seconds: float = 0.0
     peak_rss: int = 0
@@ -33,6 +34,7 @@ class StageReport:
             "bytes_written": self.io.bytes_written,
             "requests": {k: v["requests"] for k, v in self.io.to_dict().items()},
             "io": self.io.to_dict(),
+            "exchange_io": self.exchange.to_dict(),
             "task_seconds": round(self.task_seconds, 4),
             "slowest_task_seconds": round(self.slowest_task_seconds, 4),
             "peak_rss": self.peak_rss,

@@ -33,13 +33,21 @@ class TaskResult:
 
     task_id: str
     value: Any
-    io: IOStats = field(default_factory=IOStats)
+    channels: dict[str, IOStats] = field(default_factory=dict)
     seconds: float = 0.0
     peak_rss: int = 0
     worker: int = -1
     attempts: int = 1
     started: float = 0.0
     finished: float = 0.0
+
+    @property
+    def io(self) -> IOStats:
+        """All requests of the task, every channel together."""
+        total = IOStats()
+        for stats in self.channels.values():
+            total.merge(stats)
+        return total
 
 
 class Executor(ABC):

@@ -16,18 +16,27 @@ class TaskContext:
     State:
         task_id:  id of the running task
         config:   the run's config
-        io:       request counters of this task (returned to the driver with the result)
+        channels: request counters of this task by channel ("data" for input and output,
+                  "exchange" for shuffle objects), returned to the driver with the result
         backends: backend cache of the worker process, shared across its tasks (connection reuse)
     """
 
     task_id: str
     config: Config
-    io: IOStats = field(default_factory=IOStats)
+    channels: dict[str, IOStats] = field(default_factory=dict)
     backends: dict[str, Backend] = field(default_factory=dict)
 
-    def store(self, url: str) -> Store:
-        """Open the store named by ``url``; its requests are counted against this task."""
+    def store(self, url: str, channel: str = "data") -> Store:
+        """Open the store named by ``url``; its requests count against this task, under ``channel``."""
         backend = self.backends.get(url)
         if backend is None:
             backend = self.backends[url] = open_backend(url, self.config)
-        return Store(backend, self.config.retry, self.io)
+        return Store(backend, self.config.retry, self.channels.setdefault(channel, IOStats()))
+
+    @property
+    def io(self) -> IOStats:
+        """All of this task's requests, every channel together."""
+        total = IOStats()
+        for stats in self.channels.values():
+            total.merge(stats)
+        return total

@@ -153,8 +153,9 @@ class LocalExecutor(Executor):
         assert task is not None
         worker.task = None
         if reply is not None and reply[0] == "ok":
-            _, _tid, value, io, seconds, peak = reply
-            return TaskResult(task.id, value, IOStats.from_dict(io), seconds, peak, worker.wid, attempt, started, time.time())
+            _, _tid, value, channels, seconds, peak = reply
+            io = {name: IOStats.from_dict(stats) for name, stats in channels.items()}
+            return TaskResult(task.id, value, io, seconds, peak, worker.wid, attempt, started, time.time())
         cause, trace, kind = self._failure(worker, reply)
         if reply is None or reply[0] == "timeout":
             self._replace(worker)

@@ -3,7 +3,7 @@
 Protocol over a duplex pipe with the driver:
 
     driver -> worker: (task_id, fn, args, config)   or None to stop
-    worker -> driver: ("ok", task_id, value, io_dict, seconds, peak_rss)
+    worker -> driver: ("ok", task_id, value, {channel: io_dict}, seconds, peak_rss)
                       ("error", task_id, cause, traceback_text)
 
 A watchdog thread reads the kernel's peak resident memory (VmHWM, reset at each task start) every
@@ -107,4 +107,5 @@ def _run_task(message: tuple[Any, ...], watch: _MemoryWatch, backends: dict[str,
         cause = f"{type(exc).__name__}: {exc}"
         return ("error", task_id, cause, traceback.format_exc(), type(exc).__name__)
     seconds = time.perf_counter() - started
-    return ("ok", task_id, value, ctx.io.to_dict(), seconds, watch.check())
+    channels = {name: stats.to_dict() for name, stats in ctx.channels.items()}
+    return ("ok", task_id, value, channels, seconds, watch.check())

@@ -72,6 +72,8 @@ class Run:
         report.wall_seconds = time.perf_counter() - started
         for result in results:
             report.io.merge(result.io)
+            if "exchange" in result.channels:
+                report.exchange.merge(result.channels["exchange"])
             report.task_seconds += result.seconds
             report.slowest_task_seconds = max(report.slowest_task_seconds, result.seconds)
             report.peak_rss = max(report.peak_rss, result.peak_rss)

@@ -2,21 +2,22 @@
 
 ::
 
-    input objects ──> [sample] ──splitters──> [map: partition] ──shuffle objects──> [reduce: sort] ──> part-*
-                       P tasks   (driver)      P tasks, plan.writes        plan.reads   P tasks
+    input objects ──> [sample] ──splitters──> [map: partition] ──> [level 2..k] ──> [reduce: sort] ──> part-*
+                       P tasks   (driver)      P tasks              P tasks each     P tasks
 
 * sample: each mapper's share of the input is sampled with a few ranged reads; the driver picks
   P-1 splitters on the composite (key, row position), robust to skew and duplicate keys.
-* map: reads its share, assigns each record to a reducer, writes one object per reducer.
-* reduce: reads its objects in mapper order, sorts stably by key, writes ``part-{r}``; the
-  concatenation of the parts in name order is globally sorted.
+* map: reads its share, assigns each record to a reducer, writes the first level of the exchange
+  plan (direct: one object per reducer; k-level: one per group member; write combining: one).
+* level 2..k (multi-level plans only): each worker passes its data on to the next level's group.
+* reduce: receives its partition (in mapper order, whatever the plan), sorts stably by key, writes
+  ``part-{r}``; the concatenation of the parts in name order is globally sorted.
 * commit: ``_SUCCESS`` lists the parts. Intermediate objects live under a run-scoped prefix and are
   deleted on success and on failure; on failure the parts written so far are deleted too.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +26,11 @@ from croupier.compute.base import Executor, Task
 from croupier.compute.context import TaskContext
 from croupier.config import Config
 from croupier.errors import ConfigError, InputError
-from croupier.exchange.direct import DirectExchange
+from croupier.exchange.plan import ExchangePlan
 from croupier.jobs.common import list_inputs, prepare_output, write_manifest
 from croupier.jobs.runtime import Run
-from croupier.ops import codec, partition
+from croupier.jobs.shuffle import Blocks, Ranges, ranges_for, read_level, write_level
+from croupier.ops import partition
 from croupier.ops.formats import FORMATS, detect_format, key_bytes, output_name, read_records, write_records
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, key_columns, sort_order, take
 from croupier.report import RunReport
@@ -39,7 +41,6 @@ from croupier.storage.rangefile import RangeFile
 SAMPLES_PER_REDUCER = 128
 MIN_SAMPLES = 1024
 SAMPLE_RUNS = 8  # ranged reads per piece when sampling gensort data
-FETCH_THREADS = 8  # concurrent GETs in a reducer
 
 
 @dataclass(frozen=True)
@@ -153,28 +154,29 @@ def _read_parquet_keys(store: Store, key: str) -> np.ndarray:
 
 
 def map_share(
-    ctx: TaskContext, url: str, share: list[Piece], splitters: tuple[bytes, bytes], shuffle_url: str, writes: list[str], fmt: str
-) -> list[int]:
-    """Task: partition a mapper's share by the splitters; write one object per reducer; return sizes.
+    ctx: TaskContext, url: str, share: list[Piece], splitters: tuple[bytes, bytes], shuffle_url: str, plan: ExchangePlan, worker: int, fmt: str
+) -> tuple[Ranges, int]:
+    """Task: partition a mapper's share by the splitters; write its level-1 exchange objects.
 
-    Pieces are partitioned one at a time and each reducer's object is written from the pieces'
-    slices (several buffers, one PUT): the share is never concatenated into one array, which would
-    copy it once more.
+    Pieces are partitioned one at a time and objects are written from the pieces' slices (several
+    buffers, one PUT): the share is never concatenated, which would copy it once more. Returns the
+    segment byte ranges (write combining) and the bytes written.
     """
     store = ctx.store(url)
     split = (np.frombuffer(splitters[0], np.uint64), np.frombuffer(splitters[1], np.uint64))
-    slices: list[list[np.ndarray]] = [[] for _ in writes]
+    blocks: Blocks = {}
     for piece in share:
-        grouped, bounds = _partition_piece(_read_piece(store, piece), piece.first_row, split, len(writes))
-        for r in range(len(writes)):
-            slices[r].append(grouped[bounds[r] : bounds[r + 1]])
-    shuffle = ctx.store(shuffle_url)
-    sizes = []
-    for key, parts in zip(writes, slices):
-        blob = codec.encode_parts(parts, fmt)
-        shuffle.put(key, blob)
-        sizes.append(sum(memoryview(b).nbytes for b in blob) if isinstance(blob, list) else memoryview(blob).nbytes)
-    return sizes
+        grouped, bounds = _partition_piece(_read_piece(store, piece), piece.first_row, split, plan.workers)
+        for r in np.flatnonzero(np.diff(bounds)):
+            blocks.setdefault(int(r), []).append(grouped[bounds[r] : bounds[r + 1]])
+    return write_level(ctx.store(shuffle_url, "exchange"), plan, 0, worker, blocks, fmt)
+
+
+def exchange_level(ctx: TaskContext, shuffle_url: str, plan: ExchangePlan, level: int, worker: int, ranges: list[tuple[int, int]] | None, fmt: str) -> tuple[Ranges, int]:
+    """Task: an intermediate level: receive level ``level - 1``'s data, pass it on at ``level``."""
+    store = ctx.store(shuffle_url, "exchange")
+    blocks = read_level(store, plan, level - 1, worker, ranges, fmt, ctx.config.request_timeout)
+    return write_level(store, plan, level, worker, blocks, fmt)
 
 
 def _partition_piece(records: np.ndarray, first_row: int, split: tuple[np.ndarray, np.ndarray], reducers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -203,14 +205,18 @@ def _read_piece(store: Store, piece: Piece) -> np.ndarray:
     return records
 
 
-def reduce_partition(ctx: TaskContext, shuffle_url: str, reads: list[str], fmt: str, out_url: str, out_key: str, out_fmt: str) -> tuple[int, int]:
-    """Task: read this reducer's objects, sort them by key, write one output object; return (records, bytes)."""
-    shuffle = ctx.store(shuffle_url)
-    with ThreadPoolExecutor(min(FETCH_THREADS, max(1, len(reads)))) as pool:
-        blobs = list(pool.map(shuffle.get, reads))
-    parts = [codec.decode(b, fmt) for b in blobs]
+def reduce_partition(
+    ctx: TaskContext, shuffle_url: str, plan: ExchangePlan, worker: int, ranges: list[tuple[int, int]] | None, fmt: str, out_url: str, out_key: str, out_fmt: str
+) -> tuple[int, int]:
+    """Task: receive this partition's records, sort them by key, write one output object; return (records, bytes)."""
+    store = ctx.store(shuffle_url, "exchange")
+    blocks = read_level(store, plan, plan.levels - 1, worker, ranges, fmt, ctx.config.request_timeout)
+    stray = set(blocks) - {worker}
+    if stray:
+        raise RuntimeError(f"reducer {worker} received records of partitions {sorted(stray)}: exchange plan {plan.name} is inconsistent")
+    parts = blocks.get(worker, [])
     records = np.concatenate(parts) if parts else np.empty((0, RECORD_SIZE), np.uint8)
-    del blobs, parts
+    del blocks, parts
     if len(records):
         records = take(records, sort_order(*key_columns(records)))
     blob = write_records(records, out_fmt)
@@ -227,16 +233,22 @@ def sort(
     overwrite: bool = False,
     seed: int = 0,
     executor: Executor | None = None,
+    plan: ExchangePlan | None = None,
 ) -> RunReport:
-    """Sort the records under ``input_url`` into ``workers`` output objects under ``output_url``."""
+    """Sort the records under ``input_url`` into ``workers`` output objects under ``output_url``.
+
+    ``plan`` is the exchange (default: direct among ``workers``); any plan gives the same output.
+    """
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     if out_format not in FORMATS:
         raise ConfigError(f"output format must be one of {FORMATS}, got {out_format!r}")
+    plan = plan or ExchangePlan.direct(workers)
+    if plan.workers != workers:
+        raise ConfigError(f"exchange topology {plan.topology} has {plan.workers} workers, not {workers}")
     run = Run("sort", config, executor)
     shuffle_url = run.tmp_url(output_url)
     out = run.store(output_url)
-    plan = DirectExchange(workers, workers)
     out_keys = [output_name(r, out_format) for r in range(workers)]
     encoding = config.shuffle_encoding(shuffle_url)
     committed = False
@@ -245,14 +257,21 @@ def sort(
         prepare_output(out, overwrite)
         shares = plan_pieces(objects, workers)
         shares, splitters = _sample(run, input_url, shares, workers, seed)
-        map_results = run.stage(
-            "map",
-            [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan.writes(m), encoding)) for m in range(workers)],
+        written = run.stage(
+            "map", [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding)) for m in range(workers)]
         )
-        shuffle_bytes = sum(sum(r.value) for r in map_results)
+        shuffle_bytes = sum(r.value[1] for r in written)
+        for level in range(1, plan.levels):
+            ranges = [r.value[0] for r in written]
+            tasks = [Task(f"level{level + 1}-{w}", exchange_level, (shuffle_url, plan, level, w, ranges_for(plan, level - 1, w, ranges), encoding)) for w in range(workers)]
+            written = run.stage(f"level-{level + 1}", tasks)
+        ranges = [r.value[0] for r in written]
         reduce_results = run.stage(
             "reduce",
-            [Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan.reads(r), encoding, output_url, out_keys[r], out_format)) for r in range(workers)],
+            [
+                Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, ranges_for(plan, plan.levels - 1, r, ranges), encoding, output_url, out_keys[r], out_format))
+                for r in range(workers)
+            ],
         )
         records = sum(r.value[0] for r in reduce_results)
         parts = [{"key": k, "records": r.value[0], "bytes": r.value[1]} for k, r in zip(out_keys, reduce_results)]
