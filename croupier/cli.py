@@ -110,17 +110,47 @@ def gensort_cmd(ctx: click.Context, out: str, size: int, parts: int | None, seed
 @click.argument("output_url", metavar="OUT")
 @click.option("--workers", "-p", type=int, default=None, help="Number of mappers and reducers P (default: concurrency).")
 @click.option("--format", "out_format", type=click.Choice(["gensort", "parquet"]), default="gensort", show_default=True, help="Output format.")
+@click.option("--topology", default=None, help="Exchange group sizes g1xg2x... (e.g. 4x3); default: direct.")
+@click.option("--levels", type=int, default=None, help="Use the fewest-edges topology with this many levels.")
+@click.option("--write-combining", is_flag=True, help="One exchange object per worker per level; receivers read byte ranges.")
 @click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
 @click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
 @click.pass_context
 @_guard
-def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, overwrite: bool, report_path: str | None) -> None:
+def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, levels: int | None, write_combining: bool, overwrite: bool, report_path: str | None) -> None:
     """Sort the records under IN by key into OUT (part-00000, part-00001, ... in key order)."""
     from croupier.jobs.sort import sort
 
     config = _config(ctx)
-    report = sort(input_url, output_url, workers or config.concurrency, config, out_format, overwrite)
+    plan = _plan(workers, topology, levels, write_combining)
+    workers = plan.workers if plan else workers or config.concurrency
+    report = sort(input_url, output_url, workers, config, out_format, overwrite, plan=plan)
     _emit(report, report_path)
+
+
+def _plan(workers: int | None, topology: str | None, levels: int | None, combine: bool):  # type: ignore[no-untyped-def]
+    """The exchange plan the sort flags ask for (None: direct among --workers)."""
+    from croupier.exchange.plan import ExchangePlan
+    from croupier.exchange.topology import Topology, candidates
+
+    if topology and levels:
+        raise click.UsageError("give --topology or --levels, not both")
+    if topology:
+        try:
+            chosen = Topology.parse(topology)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--topology") from exc
+        if workers is not None and workers != chosen.workers:
+            raise click.BadParameter(f"topology {topology} has {chosen.workers} workers but --workers is {workers}", param_hint="--topology")
+        return ExchangePlan(chosen, combine)
+    if levels or combine:
+        if workers is None:
+            raise click.UsageError("--levels and --write-combining need --workers")
+        options = candidates(workers, levels or 1)
+        if levels and len(options) < levels:
+            raise click.BadParameter(f"P={workers} has no {levels}-level topology; the most is {len(options)} ({options[-1]})", param_hint="--levels")
+        return ExchangePlan(options[-1], combine)
+    return None
 
 
 @main.command("valsort")
@@ -138,6 +168,35 @@ def valsort_cmd(ctx: click.Context, output_url: str, input_url: str | None, repo
     if not result.ok:
         raise click.ClickException("validation FAILED: " + "; ".join(result.problems))
     click.echo("validation passed")
+
+
+@main.command("exchange-stats")
+@click.option("--store", "store_url", default=None, help="Where to run (default: a temporary local folder).")
+@click.option("--size", type=SIZE, default="20MB", show_default=True, help="Bytes of TeraSort records to exchange.")
+@click.option("--workers", "-p", type=int, default=12, show_default=True, help="P; every topology candidate of P is run.")
+@click.option("--max-levels", type=int, default=3, show_default=True, help="Largest number of levels to try.")
+@click.pass_context
+@_guard
+def exchange_stats_cmd(ctx: click.Context, store_url: str | None, size: int, workers: int, max_levels: int) -> None:
+    """Run every exchange algorithm on the same data; print requests per level beside the formulas."""
+    import tempfile
+
+    from croupier.exchange.plan import all_plans
+    from croupier.jobs import exchange_stats
+    from croupier.jobs.gensort import gensort
+    from croupier.storage import open_store
+
+    config = _config(ctx)
+    with tempfile.TemporaryDirectory(prefix="croupier-xstats-") as tmp:
+        base = (store_url or Path(tmp).as_uri()).rstrip("/") + "/_exchange_stats"
+        try:
+            gensort(f"{base}/in", size, max(2, config.concurrency), config, overwrite=True)
+            runs = exchange_stats.run_all(f"{base}/in", f"{base}/work", workers, config, all_plans(workers, max_levels))
+        finally:
+            open_store(base, config).delete_prefix()
+    click.echo(exchange_stats.render(runs))
+    if not all(exchange_stats.matches(r.levels, r.plan.counts()) for r in runs):
+        raise click.ClickException("measured request counts differ from the formulas")
 
 
 @main.command("demo")

@@ -1,0 +1,121 @@
+"""Proof by counting: run every exchange plan on the same input and compare requests with the formulas.
+
+For each plan (direct, each topology candidate, each with and without write combining) the same
+sort runs on the same data; per level the measured PUTs, GETs and ranged GETs of the exchange
+(shuffle objects only, not input or output) are set beside the plan's prediction, and the outputs of
+all plans must be byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from croupier.compute.base import Executor
+from croupier.config import Config
+from croupier.errors import ValidationError
+from croupier.exchange.plan import ExchangePlan, LevelCount, all_plans
+from croupier.jobs.common import MANIFEST
+from croupier.jobs.sort import sort
+from croupier.report import RunReport
+from croupier.storage import open_store
+
+
+@dataclass(frozen=True)
+class LevelMeasure:
+    """What one level of a run actually did."""
+
+    level: int
+    puts: int
+    gets: int
+    ranged_gets: int
+    bytes_written: int
+    bytes_read: int
+
+
+def stage_names(plan: ExchangePlan) -> list[str]:
+    """The sort stages that write level 1..k and read level k: map, level-2..level-k, reduce."""
+    return ["map", *[f"level-{i + 1}" for i in range(1, plan.levels)], "reduce"]
+
+
+def measured_levels(report: RunReport, plan: ExchangePlan) -> list[LevelMeasure]:
+    """Exchange requests per level from a sort's report: level i is written by stage i, read by stage i+1."""
+    stages = [report.stage(name) for name in stage_names(plan)]
+    return [
+        LevelMeasure(
+            level,
+            puts=stages[level].exchange.requests("PUT"),
+            gets=stages[level + 1].exchange.requests("GET"),
+            ranged_gets=stages[level + 1].exchange.requests("GET_RANGE"),
+            bytes_written=stages[level].exchange.bytes_written,
+            bytes_read=stages[level + 1].exchange.bytes_read,
+        )
+        for level in range(plan.levels)
+    ]
+
+
+def matches(measured: list[LevelMeasure], predicted: list[LevelCount]) -> bool:
+    """Whether every level's request counts equal the prediction exactly."""
+    return len(measured) == len(predicted) and all(
+        (m.puts, m.gets, m.ranged_gets) == (p.puts, p.gets, p.ranged_gets) for m, p in zip(measured, predicted)
+    )
+
+
+def formula(plan: ExchangePlan, count: LevelCount) -> str:
+    """The formula behind one level's prediction, spelled out."""
+    p, g = plan.workers, count.group
+    if plan.combine:
+        return f"PUT P={p}; GET_RANGE P*g={p}*{g}"
+    return f"PUT=GET P*g={p}*{g}"
+
+
+@dataclass
+class PlanRun:
+    """One plan's run: its report, measured levels and output digest."""
+
+    plan: ExchangePlan
+    report: RunReport
+    levels: list[LevelMeasure]
+    digest: str
+
+
+def output_digest(url: str, config: Config) -> str:
+    """SHA-256 over the output objects' names and bytes (manifest excluded)."""
+    store = open_store(url, config)
+    h = hashlib.sha256()
+    for obj in store.list():
+        if obj.key != MANIFEST:
+            h.update(obj.key.encode())
+            h.update(store.get(obj.key))
+    return h.hexdigest()
+
+
+def run_all(input_url: str, work_url: str, workers: int, config: Config, plans: list[ExchangePlan] | None = None, executor: Executor | None = None) -> list[PlanRun]:
+    """Sort ``input_url`` with every plan; raise :class:`ValidationError` if outputs differ."""
+    runs = []
+    for i, plan in enumerate(plans or all_plans(workers)):
+        out = f"{work_url.rstrip('/')}/out-{i}"
+        report = sort(input_url, out, workers, config, overwrite=True, executor=executor, plan=plan)
+        runs.append(PlanRun(plan, report, measured_levels(report, plan), output_digest(out, config)))
+        open_store(out, config).delete_prefix()
+    digests = {r.digest for r in runs}
+    if len(digests) > 1:
+        raise ValidationError("exchange plans produced different outputs: " + ", ".join(f"{r.plan.name}={r.digest[:12]}" for r in runs))
+    return runs
+
+
+def render(runs: list[PlanRun]) -> str:
+    """A table: per plan and level, measured requests beside the formula's prediction."""
+    lines = [f"{'plan':<22} {'lvl':>3} {'g':>4} {'PUT':>7} {'GET':>7} {'GET_RNG':>7} {'written':>12} {'read':>12}  {'predicted':<34} ok"]
+    for run in runs:
+        for measure, predicted in zip(run.levels, run.plan.counts()):
+            ok = (measure.puts, measure.gets, measure.ranged_gets) == (predicted.puts, predicted.gets, predicted.ranged_gets)
+            lines.append(
+                f"{run.plan.name:<22} {measure.level + 1:>3} {predicted.group:>4} {measure.puts:>7} {measure.gets:>7} {measure.ranged_gets:>7} "
+                f"{measure.bytes_written:>12,} {measure.bytes_read:>12,}  {formula(run.plan, predicted):<34} {'yes' if ok else 'NO'}"
+            )
+        total = run.plan.predicted_requests()
+        measured = sum(m.puts + m.gets + m.ranged_gets for m in run.levels)
+        lines.append(f"{'':<22} total requests {measured} (predicted {sum(total.values())}); exchange {run.report.summary['shuffle_bytes']:,} B written at level 1; wall {run.report.wall_seconds:.2f} s")
+    lines.append(f"outputs byte-identical across {len(runs)} plans: {runs[0].digest[:16]}" if runs else "no plans")
+    return "\n".join(lines)
