@@ -55,10 +55,7 @@ class RunReport:
     @property
     def io(self) -> IOStats:
         """Requests and bytes of all stages together."""
-        total = IOStats()
-        for stage in self.stages:
-            total.merge(stage.io)
-        return total
+        return IOStats.total(stage.io for stage in self.stages)
 
     def stage(self, name: str) -> StageReport:
         """The stage called ``name``."""

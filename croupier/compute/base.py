@@ -44,10 +44,7 @@ class TaskResult:
     @property
     def io(self) -> IOStats:
         """All requests of the task, every channel together."""
-        total = IOStats()
-        for stats in self.channels.values():
-            total.merge(stats)
-        return total
+        return IOStats.total(self.channels.values())
 
 
 class Executor(ABC):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Iterable
 
 KINDS = ("PUT", "GET", "GET_RANGE", "HEAD", "LIST", "DELETE")
 _LOCK = threading.Lock()  # counters are updated from range-fetch threads too
@@ -86,11 +87,17 @@ class IOStats:
         """Retried attempts over all kinds."""
         return sum(s.retries for s in self.kinds.values())
 
+    @classmethod
+    def total(cls, parts: Iterable[IOStats]) -> IOStats:
+        """All of ``parts`` added together (e.g. a task's channels)."""
+        out = cls()
+        for part in parts:
+            out.merge(part)
+        return out
+
     def snapshot(self) -> IOStats:
         """Return an independent copy."""
-        copy = IOStats()
-        copy.merge(self)
-        return copy
+        return IOStats.total([self])
 
     def minus(self, earlier: IOStats) -> IOStats:
         """Return the counters accumulated since ``earlier`` (a snapshot of this object)."""
