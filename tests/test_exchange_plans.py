@@ -58,6 +58,9 @@ def test_reads_match_writes_and_counts_match_formulas(groups: tuple[int, ...], c
         assert count.gets + count.ranged_gets == sum(readers.values()) == p * g
     total = plan.predicted_requests()
     assert total["PUT"] == (k * p if combine else sum(p * g for g in groups))
+    for count in plan.counts(data_bytes=p * p * 1000):
+        assert count.bytes_moved == p * p * 1000
+        assert count.object_bytes == p * p * 1000 // count.objects  # D/P^2 per object for direct
     assert total["GET"] + total["GET_RANGE"] == sum(p * g for g in groups)
 
 
@@ -110,3 +113,5 @@ def test_broadcast_reaches_everyone(groups: tuple[int, ...]) -> None:
         assert all(len(plan.reads(level, w)) == groups[level] for w in range(p))
     assert all(h == set(range(p)) for h in holds)
     assert plan.predicted_requests() == {"PUT": p * len(groups), "GET": sum(p * g for g in groups), "GET_RANGE": 0}
+    sizes = [c.object_bytes for c in plan.counts(data_bytes=p * 1000)]
+    assert sizes[0] == 1000 and all(b == a * g for a, b, g in zip(sizes, sizes[1:], groups))

@@ -32,9 +32,15 @@ class BroadcastPlan:
         """Objects ``worker`` reads after ``level`` (its group's, in sender order)."""
         return [self.key(level, s) for s in self.topology.group(worker, level)]
 
-    def counts(self) -> list[LevelCount]:
+    def counts(self, data_bytes: int = 0) -> list[LevelCount]:
+        """Requests and bytes per level: before level i a worker holds D/P * g_1*...*g_(i-1) bytes."""
         p = self.topology.workers
-        return [LevelCount(level, g, puts=p, gets=p * g, ranged_gets=0, objects=p) for level, g in enumerate(self.topology.groups)]
+        out = []
+        held = data_bytes / p  # bytes one worker holds before level 1
+        for level, g in enumerate(self.topology.groups):
+            out.append(LevelCount(level, g, p, p * g, 0, p, int(held * p), int(held)))
+            held *= g
+        return out
 
     def predicted_requests(self) -> dict[str, int]:
         levels = self.counts()

@@ -51,6 +51,8 @@ class LevelCount:
     gets: int
     ranged_gets: int
     objects: int
+    bytes_moved: int = 0  # D: every level writes and reads all the data once
+    object_bytes: int = 0  # average object size: D / objects
 
 
 @dataclass(frozen=True)
@@ -102,15 +104,14 @@ class ExchangePlan:
         """Index, within the sender's group at ``level``, of the receiver a partition goes to."""
         return self.topology.digit(partition, level)
 
-    def counts(self) -> list[LevelCount]:
-        """Requests and objects per level, by the formulas above (no storage involved)."""
+    def counts(self, data_bytes: int = 0) -> list[LevelCount]:
+        """Requests, objects and bytes per level for ``data_bytes`` shuffled (no storage involved)."""
         p = self.workers
         out = []
         for level, g in enumerate(self.topology.groups):
-            if self.combine:
-                out.append(LevelCount(level, g, puts=p, gets=0, ranged_gets=p * g, objects=p))
-            else:
-                out.append(LevelCount(level, g, puts=p * g, gets=p * g, ranged_gets=0, objects=p * g))
+            objects = p if self.combine else p * g
+            gets, ranged = (0, p * g) if self.combine else (p * g, 0)
+            out.append(LevelCount(level, g, objects, gets, ranged, objects, data_bytes, data_bytes // objects))
         return out
 
     def predicted_requests(self) -> dict[str, int]:

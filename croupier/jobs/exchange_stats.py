@@ -106,13 +106,14 @@ def run_all(input_url: str, work_url: str, workers: int, config: Config, plans: 
 
 def render(runs: list[PlanRun]) -> str:
     """A table: per plan and level, measured requests beside the formula's prediction."""
-    lines = [f"{'plan':<22} {'lvl':>3} {'g':>4} {'PUT':>7} {'GET':>7} {'GET_RNG':>7} {'written':>12} {'read':>12}  {'predicted':<34} ok"]
+    lines = [f"{'plan':<22} {'lvl':>3} {'g':>4} {'PUT':>7} {'GET':>7} {'GET_RNG':>7} {'written':>12} {'read':>12} {'obj bytes':>10}  {'predicted':<34} ok"]
     for run in runs:
-        for measure, predicted in zip(run.levels, run.plan.counts()):
+        data_bytes = int(run.report.summary["shuffle_bytes"])
+        for measure, predicted in zip(run.levels, run.plan.counts(data_bytes)):
             ok = (measure.puts, measure.gets, measure.ranged_gets) == (predicted.puts, predicted.gets, predicted.ranged_gets)
             lines.append(
                 f"{run.plan.name:<22} {measure.level + 1:>3} {predicted.group:>4} {measure.puts:>7} {measure.gets:>7} {measure.ranged_gets:>7} "
-                f"{measure.bytes_written:>12,} {measure.bytes_read:>12,}  {formula(run.plan, predicted):<34} {'yes' if ok else 'NO'}"
+                f"{measure.bytes_written:>12,} {measure.bytes_read:>12,} {predicted.object_bytes:>10,}  {formula(run.plan, predicted):<34} {'yes' if ok else 'NO'}"
             )
         total = run.plan.predicted_requests()
         measured = sum(m.puts + m.gets + m.ranged_gets for m in run.levels)
