@@ -23,6 +23,7 @@ from croupier.jobs import sort as sortjob
 from croupier.jobs.common import list_inputs
 from croupier.jobs.gensort import gensort
 from croupier.jobs.runtime import Run
+from croupier.ops import partition
 from croupier.storage import open_store
 from croupier.units import parse_size
 
@@ -55,9 +56,12 @@ def main() -> None:
     try:
         gensort(inp, size, 8, config, seed=1)
         run = Run("profile", config)
-        shares = sortjob.plan_pieces(list_inputs(run.store(inp)), p)
-        shares, splitters = sortjob._sample(run, inp, shares, p, seed=0)
+        objects = list_inputs(run.store(inp))
+        rows, samples = sortjob._probe(run, inp, objects, p, p, seed=0)
         run.finish()
+        shares = sortjob.plan_pieces(objects, p, rows)
+        split = partition.choose_splitters(samples[0], samples[1], p)
+        splitters = (split[0].tobytes(), split[1].tobytes())
         plan = ExchangePlan.direct(p)
         ctx = TaskContext("profile", config)
         profile(f"map task (1/{p} of the data)", sortjob.map_share, ctx, inp, shares[0], splitters, shuffle, plan, 0, "raw")

@@ -105,6 +105,9 @@ class Config:
     tmp_url:             where intermediate objects go; default: ``<output>/_croupier_tmp``
     s3:                  endpoint and credentials for ``s3://`` URLs
     progress:            show progress bars; None = only when stderr is a terminal
+    profile:             storage profile (file or shipped name) the selector uses; None: the shipped
+                         profile for the store kind (local, seaweedfs-loopback, aws-s3)
+    max_workers:         largest P the selector may choose; None: from the profile
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -116,6 +119,8 @@ class Config:
     tmp_url: str | None = None
     s3: S3Options = S3Options()
     progress: bool | None = None
+    profile: str | None = None
+    max_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -126,6 +131,12 @@ class Config:
             raise ConfigError(
                 f"intermediate_format must be auto, raw, arrow, arrow-lz4 or arrow-zstd, got {self.intermediate_format!r}"
             )
+
+    def load_profile(self, shuffle_url: str):  # type: ignore[no-untyped-def]
+        """The storage profile for exchanges through ``shuffle_url``."""
+        from croupier.model.profile import StorageProfile
+
+        return StorageProfile.load(self.profile or default_profile_name(shuffle_url, self.s3))
 
     def shuffle_encoding(self, shuffle_url: str) -> str:
         """The encoding of shuffle objects stored under ``shuffle_url`` ("auto" resolved)."""
@@ -150,3 +161,12 @@ class Config:
     def with_(self, **changes: object) -> Config:
         """Return a copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def default_profile_name(url: str, s3: S3Options) -> str:
+    """Shipped profile for a store: local folders, SeaweedFS on loopback, else AWS S3."""
+    if not url.lower().startswith("s3://"):
+        return "local"
+    if s3.endpoint and ("127.0.0.1" in s3.endpoint or "localhost" in s3.endpoint):
+        return "seaweedfs-loopback"
+    return "aws-s3"

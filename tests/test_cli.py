@@ -24,7 +24,7 @@ def test_gensort_sort_valsort_chain_with_json_report(tmp_path: Path) -> None:
     inp, out, report = str(tmp_path / "in"), str(tmp_path / "out"), tmp_path / "r.json"
     code, text = run("gensort", inp, "--size", "300kB", "--parts", "3", "--seed", "9")
     assert code == 0 and "records: 3000" in text
-    code, text = run("sort", inp, out, "--workers", "3", "--report", str(report))
+    code, text = run("sort", inp, out, "--topology", "3", "--report", str(report))
     assert code == 0, text
     assert "map" in text and "reduce" in text and "PUT" in text
     data = json.loads(report.read_text())

@@ -14,6 +14,7 @@ import pytest
 from croupier.compute import LocalExecutor, Task
 from croupier.config import Config
 from croupier.errors import ConfigError, InputError, OutputExistsError, TaskError
+from croupier.exchange.plan import ExchangePlan
 from croupier.jobs.common import read_manifest
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
@@ -98,7 +99,7 @@ def test_request_counts_follow_the_direct_plan(tmp_path, executor: LocalExecutor
     config = Config(concurrency=2)
     gensort((tmp_path / "in").as_uri(), 500_000, parts=2, config=config, executor=executor)
     p = 4
-    report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), p, config, executor=executor)
+    report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), p, config, executor=executor, plan=ExchangePlan.direct(p))
     assert report.stage("map").exchange.requests("PUT") == p * p
     assert report.stage("reduce").exchange.requests("GET") == p * p
     assert report.stage("reduce").io.requests("PUT") == p

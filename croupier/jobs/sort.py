@@ -54,23 +54,33 @@ class Piece:
     first_row: int = 0  # global row position of row ``start`` (filled in after sampling)
 
 
-def plan_pieces(objects: list[ObjectInfo], mappers: int) -> list[list[Piece]]:
-    """Split the input into ``mappers`` shares of about equal size.
-
-    gensort objects are cut at record boundaries so every mapper gets the same number of records;
-    Parquet objects are read whole, grouped greedily by bytes in name order.
-    """
+def input_format(objects: list[ObjectInfo]) -> str:
+    """The one format of the input objects; gensort sizes must be whole records."""
     formats = {detect_format(o.key) for o in objects}
     if len(formats) > 1:
         raise InputError(f"input mixes gensort and Parquet objects ({objects[0].key}, ...); use one format")
-    if formats == {"parquet"}:
-        return _group_whole(objects, mappers)
-    for o in objects:
-        if o.size % RECORD_SIZE:
-            raise InputError(
-                f"{o.key}: size {o.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size; "
-                "the object is truncated or not gensort data"
-            )
+    fmt = formats.pop()
+    if fmt == "gensort":
+        for o in objects:
+            if o.size % RECORD_SIZE:
+                raise InputError(
+                    f"{o.key}: size {o.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size; "
+                    "the object is truncated or not gensort data"
+                )
+    return fmt
+
+
+def plan_pieces(objects: list[ObjectInfo], mappers: int, rows: list[int] | None = None) -> list[list[Piece]]:
+    """Split the input into ``mappers`` shares of about equal size.
+
+    gensort objects are cut at record boundaries so every mapper gets the same number of records;
+    Parquet objects are read whole, grouped greedily by bytes in name order. ``rows`` (records per
+    object, known after the probe) sets each piece's global first row; without it Parquet pieces
+    are open-ended and rows are numbered per object.
+    """
+    fmt = input_format(objects)
+    if fmt == "parquet":
+        return _group_whole(objects, mappers, rows)
     counts = [o.size // RECORD_SIZE for o in objects]
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     total = int(starts[-1])
@@ -86,21 +96,24 @@ def plan_pieces(objects: list[ObjectInfo], mappers: int) -> list[list[Piece]]:
     return shares
 
 
-def _group_whole(objects: list[ObjectInfo], groups: int) -> list[list[Piece]]:
+def _group_whole(objects: list[ObjectInfo], groups: int, rows: list[int] | None) -> list[list[Piece]]:
     total = sum(o.size for o in objects) or 1
+    bases = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64) if rows is not None else None
     shares: list[list[Piece]] = [[] for _ in range(groups)]
     seen = 0
-    for o in objects:
-        shares[min(groups - 1, seen * groups // total)].append(Piece(o.key, "parquet", 0, -1))
+    for i, o in enumerate(objects):
+        stop = rows[i] if rows is not None else -1
+        first = int(bases[i]) if bases is not None else 0
+        shares[min(groups - 1, seen * groups // total)].append(Piece(o.key, "parquet", 0, stop, first))
         seen += o.size
     return shares
 
 
 def sample_share(ctx: TaskContext, url: str, share: list[Piece], samples: int, seed: int) -> list[tuple[int, bytes, bytes]]:
-    """Task: per piece of a mapper's share, (rows in the piece, sampled A keys, sampled B keys).
+    """Task: per piece of a share, (rows in the piece, sampled A keys, sampled B keys).
 
-    B carries the sampled record's row number local to the piece; the driver adds the piece's
-    global first row once every piece's size is known.
+    B carries the sampled record's row number within its object; the driver adds the object's
+    global first row once every object's size is known.
     """
     store = ctx.store(url)
     rng = np.random.default_rng(seed)
@@ -115,7 +128,7 @@ def sample_share(ctx: TaskContext, url: str, share: list[Piece], samples: int, s
 
 
 def _sample_piece(store: Store, piece: Piece, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
-    """(sampled records, their row numbers within the piece, rows in the piece).
+    """(sampled records, their row numbers within the object, rows in the piece).
 
     Parquet: only the footer and the ``key`` column chunks are fetched. gensort: a few runs of
     consecutive records at random offsets, fetched together as several ranges of one object.
@@ -136,7 +149,7 @@ def _sample_piece(store: Store, piece: Piece, k: int, rng: np.random.Generator) 
     ranges = [((piece.start + int(a)) * RECORD_SIZE, (piece.start + int(b)) * RECORD_SIZE) for a, b in zip(starts, stops)]
     chunks = store.get_ranges(piece.key, ranges)
     records = np.concatenate([np.frombuffer(c, np.uint8).reshape(-1, RECORD_SIZE) for c in chunks])
-    positions = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)])
+    positions = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) + piece.start
     return records, positions, n
 
 
@@ -227,50 +240,59 @@ def reduce_partition(
 def sort(
     input_url: str,
     output_url: str,
-    workers: int,
+    workers: int | None,
     config: Config,
     out_format: str = "gensort",
     overwrite: bool = False,
     seed: int = 0,
     executor: Executor | None = None,
     plan: ExchangePlan | None = None,
+    objective: str = "time",
+    budget: float | None = None,
 ) -> RunReport:
-    """Sort the records under ``input_url`` into ``workers`` output objects under ``output_url``.
+    """Sort the records under ``input_url`` into P output objects under ``output_url``.
 
-    ``plan`` is the exchange (default: direct among ``workers``); any plan gives the same output.
+    Late binding: a probe stage measures the shuffle volume D (records x 100 bytes) and samples
+    keys; then P and the exchange plan are chosen by the selector from D and the store's profile,
+    unless given (``workers`` fixes P and leaves only the algorithm to choose; ``plan`` fixes both).
+    Any plan gives the same output.
     """
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     if out_format not in FORMATS:
         raise ConfigError(f"output format must be one of {FORMATS}, got {out_format!r}")
-    plan = plan or ExchangePlan.direct(workers)
-    if plan.workers != workers:
+    if plan is not None and workers is not None and plan.workers != workers:
         raise ConfigError(f"exchange topology {plan.topology} has {plan.workers} workers, not {workers}")
     run = Run("sort", config, executor)
     shuffle_url = run.tmp_url(output_url)
     out = run.store(output_url)
-    out_keys = [output_name(r, out_format) for r in range(workers)]
     encoding = config.shuffle_encoding(shuffle_url)
+    out_keys: list[str] = []
     committed = False
     try:
         objects = list_inputs(run.store(input_url))
         prepare_output(out, overwrite)
-        shares = plan_pieces(objects, workers)
-        shares, splitters = _sample(run, input_url, shares, workers, seed)
-        written = run.stage(
-            "map", [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding)) for m in range(workers)]
-        )
+        probe = plan.workers if plan else workers or max(1, min(len(objects), 4 * config.concurrency))
+        rows, samples = _probe(run, input_url, objects, probe, plan.workers if plan else workers, seed)
+        data_bytes = sum(rows) * RECORD_SIZE
+        plan, prediction = _bind(plan, workers, data_bytes, shuffle_url, config, objective, budget, run)
+        p = plan.workers
+        out_keys = [output_name(r, out_format) for r in range(p)]
+        shares = plan_pieces(objects, p, rows)
+        split_a, split_b = partition.choose_splitters(samples[0], samples[1], p)
+        splitters = (split_a.tobytes(), split_b.tobytes())
+        written = run.stage("map", [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding)) for m in range(p)])
         shuffle_bytes = sum(r.value[1] for r in written)
         for level in range(1, plan.levels):
             ranges = [r.value[0] for r in written]
-            tasks = [Task(f"level{level + 1}-{w}", exchange_level, (shuffle_url, plan, level, w, ranges_for(plan, level - 1, w, ranges), encoding)) for w in range(workers)]
+            tasks = [Task(f"level{level + 1}-{w}", exchange_level, (shuffle_url, plan, level, w, ranges_for(plan, level - 1, w, ranges), encoding)) for w in range(p)]
             written = run.stage(f"level-{level + 1}", tasks)
         ranges = [r.value[0] for r in written]
         reduce_results = run.stage(
             "reduce",
             [
                 Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, ranges_for(plan, plan.levels - 1, r, ranges), encoding, output_url, out_keys[r], out_format))
-                for r in range(workers)
+                for r in range(p)
             ],
         )
         records = sum(r.value[0] for r in reduce_results)
@@ -279,41 +301,67 @@ def sort(
         committed = True
         run.report.summary.update(
             records=records,
-            workers=workers,
+            workers=p,
             exchange=plan.name,
             shuffle_bytes=shuffle_bytes,
+            measured_data_bytes=data_bytes,
             intermediate_format=encoding,
             output_format=out_format,
         )
+        if prediction is not None:
+            _compare_prediction(run, prediction)
     finally:
         run.store(shuffle_url).delete_prefix()
-        if not committed:
+        if not committed and out_keys:
             out.delete(out_keys)
         report = run.finish()
     return report
 
 
-def _sample(run: Run, url: str, shares: list[list[Piece]], workers: int, seed: int) -> tuple[list[list[Piece]], tuple[bytes, bytes]]:
-    """Sample stage: splitters for ``workers`` reducers, and the global first row of every piece."""
-    per_task = max(MIN_SAMPLES, SAMPLES_PER_REDUCER * workers) // workers + 1
-    tasks = [Task(f"sample-{m}", sample_share, (url, share, per_task, seed + m)) for m, share in enumerate(shares)]
-    results = run.stage("sample", tasks)
-    fixed: list[list[Piece]] = []
-    a_parts, b_parts = [], []
-    row = 0
+def _bind(plan: ExchangePlan | None, workers: int | None, data_bytes: int, shuffle_url: str, config: Config, objective: str, budget: float | None, run: Run):  # type: ignore[no-untyped-def]
+    """Late binding: choose P and the plan from the measured D (unless given); record the choice."""
+    from croupier.model.perf import predict
+    from croupier.model.selector import choose
+
+    profile = config.load_profile(shuffle_url)
+    if plan is not None:
+        prediction = predict(plan, data_bytes, profile, config.concurrency)
+        run.report.summary["selector"] = f"plan given: {plan.name}, P={plan.workers}"
+        return plan, prediction
+    choice = choose(data_bytes, profile, objective, budget, workers=workers, concurrency=config.concurrency, max_workers=config.max_workers)
+    run.report.summary["selector"] = choice.explain(rows=8)
+    return choice.best.plan, choice.best
+
+
+def _compare_prediction(run: Run, prediction) -> None:  # type: ignore[no-untyped-def]
+    """Put predicted beside measured seconds per stage into the report."""
+    measured = {s.name: s.wall_seconds for s in run.report.stages}
+    rows = [f"{s.name} {s.seconds:.3f}/{measured.get(s.name, float('nan')):.3f}" for s in prediction.stages]
+    total = sum(measured.get(s.name, 0.0) for s in prediction.stages)
+    run.report.summary["predicted/measured s"] = ", ".join(rows) + f"; exchange {prediction.seconds:.3f}/{total:.3f}"
+
+
+def _probe(run: Run, url: str, objects: list[ObjectInfo], tasks_n: int, workers: int | None, seed: int) -> tuple[list[int], tuple[np.ndarray, np.ndarray]]:
+    """Probe stage: records per input object (hence D) and sampled composite keys with global rows.
+
+    Samples enough keys for the largest P the selector may choose (~128 per reducer).
+    """
+    shares = plan_pieces(objects, tasks_n)
+    target = max(MIN_SAMPLES, SAMPLES_PER_REDUCER * (workers or 256))
+    per_task = target // tasks_n + 1
+    results = run.stage("sample", [Task(f"sample-{m}", sample_share, (url, share, per_task, seed + m)) for m, share in enumerate(shares)])
+    index = {o.key: i for i, o in enumerate(objects)}
+    rows = [o.size // RECORD_SIZE for o in objects]
+    found: list[tuple[int, np.ndarray, np.ndarray]] = []
     for share, result in zip(shares, results):
-        pieces = []
         for piece, (n, a, b) in zip(share, result.value):
-            stop = piece.stop if piece.stop >= 0 else n
-            pieces.append(Piece(piece.key, piece.fmt, piece.start, stop, row))
-            a_parts.append(np.frombuffer(a, np.uint64))
-            b_parts.append(np.frombuffer(b, np.uint64) + np.uint64(row))
-            row += stop - piece.start
-        fixed.append(pieces)
-    if row >= partition.MAX_ROWS:
-        raise InputError(f"{url}: {row} records exceed the supported 2**{partition.ROWPOS_BITS}")
+            if piece.fmt == "parquet":
+                rows[index[piece.key]] = n
+            found.append((index[piece.key], np.frombuffer(a, np.uint64), np.frombuffer(b, np.uint64)))
+    bases = np.concatenate([[0], np.cumsum(rows)]).astype(np.uint64)
+    if int(bases[-1]) >= partition.MAX_ROWS:
+        raise InputError(f"{url}: {int(bases[-1])} records exceed the supported 2**{partition.ROWPOS_BITS}")
     empty = np.empty(0, np.uint64)
-    a = np.concatenate(a_parts) if a_parts else empty
-    b = np.concatenate(b_parts) if b_parts else empty
-    split_a, split_b = partition.choose_splitters(a, b, workers)
-    return fixed, (split_a.tobytes(), split_b.tobytes())
+    a = np.concatenate([f[1] for f in found]) if found else empty
+    b = np.concatenate([f[2] + bases[f[0]] for f in found]) if found else empty
+    return rows, (a, b)

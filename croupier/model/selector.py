@@ -1,0 +1,92 @@
+"""The selector (SEER Alg. 2, extended): choose P and the exchange plan for D bytes.
+
+Searches P from ceil(D / usable function memory) up to the largest useful P, over every topology
+candidate of each P with and without write combining, predicting each with the model; picks the
+minimum of the objective: "time" (default), "cost", or "time" within a cost ``budget``. With P
+given, only the plans of that P are compared (constant time in P).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from croupier.errors import ConfigError
+from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.model.perf import Prediction, predict
+from croupier.model.profile import StorageProfile
+
+#: Share of a function's memory its data may take: input, grouped copy and sort buffers coexist.
+MEMORY_SHARE = 0.25
+OBJECTIVES = ("time", "cost")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The selected prediction, and every candidate it was compared with."""
+
+    best: Prediction
+    candidates: tuple[Prediction, ...]
+    objective: str
+    data_bytes: int
+    budget: float | None = None
+
+    def explain(self, rows: int = 15) -> str:
+        """The candidates table (best first) and the choice with its dominant term."""
+        key = _key(self.objective)
+        ranked = sorted(self.candidates, key=key)
+        shown = ranked[:rows]
+        lines = [
+            f"selector: D={self.data_bytes:,} B, objective {self.objective}"
+            + (f" within ${self.budget}" if self.budget is not None else "")
+            + f", {len(self.candidates)} candidates (best {len(shown)} shown)",
+            f"  {'algorithm':<22} {'topology':<9} {'P':>5} {'time s':>9} {'requests':>9} {'cost $':>11}  dominant term",
+        ]
+        for c in shown:
+            d = c.dominant()
+            mark = "*" if c is self.best else " "
+            lines.append(
+                f"{mark} {c.plan.name:<22} {str(c.plan.topology):<9} {c.workers:>5} {c.seconds:>9.3f} {sum(c.requests.values()):>9,} {c.cost:>11.6f}  {d.name} ({d.seconds:.3f} s)"
+            )
+        d = self.best.dominant()
+        lines.append(f"choice: {self.best.plan.name} with P={self.best.workers}: {self.best.seconds:.3f} s predicted; dominated by {d.name}: {d.why}")
+        return "\n".join(lines)
+
+
+def _key(objective: str):  # type: ignore[no-untyped-def]
+    return (lambda p: (p.cost, p.seconds)) if objective == "cost" else (lambda p: (p.seconds, p.cost))
+
+
+def search_range(data_bytes: int, profile: StorageProfile, max_workers: int | None = None) -> range:
+    """P from ceil(D / usable memory) to the largest P worth trying."""
+    low = max(1, math.ceil(data_bytes / (profile.function_memory * MEMORY_SHARE)))
+    high = max_workers or (profile.concurrency if profile.concurrency >= 100 else 8 * profile.concurrency)
+    return range(low, max(low, high) + 1)
+
+
+def choose(
+    data_bytes: int,
+    profile: StorageProfile,
+    objective: str = "time",
+    budget: float | None = None,
+    workers: int | None = None,
+    concurrency: int | None = None,
+    max_workers: int | None = None,
+    max_levels: int = 3,
+) -> Choice:
+    """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given)."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    sizes = [workers] if workers else list(search_range(data_bytes, profile, max_workers))
+    candidates = [predict(plan, data_bytes, profile, concurrency) for p in sizes for plan in all_plans(p, max_levels)]
+    pool = [c for c in candidates if budget is None or c.cost <= budget]
+    if not pool:
+        cheapest = min(candidates, key=lambda c: c.cost)
+        raise ConfigError(f"no configuration fits the budget ${budget}; the cheapest costs ${cheapest.cost:.6f} ({cheapest.plan.name}, P={cheapest.workers})")
+    best = min(pool, key=_key(objective))
+    return Choice(best, tuple(candidates), objective, data_bytes, budget)
+
+
+def plan_for(prediction: Prediction) -> ExchangePlan:
+    """The plan a prediction is about (convenience for callers)."""
+    return prediction.plan
