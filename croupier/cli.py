@@ -70,13 +70,15 @@ def _guard(fn: F) -> F:
 @click.option("--intermediate", type=click.Choice(["auto", "raw", "arrow", "arrow-lz4", "arrow-zstd"]), default=None, help="Encoding of shuffle objects (auto: raw locally, arrow-zstd on S3).")
 @click.option("--s3-endpoint", default=None, help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL or AWS).")
 @click.option("--s3-anonymous", is_flag=True, default=False, help="Send unsigned S3 requests.")
+@click.option("--profile", "profile_name", default=None, help="Storage profile for the selector (file from `croupier calibrate`, or a shipped name).")
+@click.option("--max-workers", type=int, default=None, help="Largest P the selector may choose.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
 @click.pass_context
-def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, progress: bool | None, verbose: bool) -> None:
+def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, progress: bool | None, verbose: bool) -> None:
     """Croupier: serverless-style data analytics through object storage."""
     try:
-        config = Config.from_env(concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress)
+        config = Config.from_env(concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress, profile=profile_name, max_workers=max_workers)
     except (CroupierError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     if s3_endpoint:
@@ -110,21 +112,26 @@ def gensort_cmd(ctx: click.Context, out: str, size: int, parts: int | None, seed
 @click.argument("output_url", metavar="OUT")
 @click.option("--workers", "-p", type=int, default=None, help="Number of mappers and reducers P (default: concurrency).")
 @click.option("--format", "out_format", type=click.Choice(["gensort", "parquet"]), default="gensort", show_default=True, help="Output format.")
-@click.option("--topology", default=None, help="Exchange group sizes g1xg2x... (e.g. 4x3); default: direct.")
+@click.option("--topology", default=None, help="Exchange group sizes g1xg2x... (e.g. 4x3); default: the selector's choice.")
+@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True, help="What the selector minimises.")
+@click.option("--budget", type=float, default=None, help="Most a run may cost (USD) when minimising time.")
 @click.option("--levels", type=int, default=None, help="Use the fewest-edges topology with this many levels.")
 @click.option("--write-combining", is_flag=True, help="One exchange object per worker per level; receivers read byte ranges.")
 @click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
 @click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
 @click.pass_context
 @_guard
-def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, levels: int | None, write_combining: bool, overwrite: bool, report_path: str | None) -> None:
-    """Sort the records under IN by key into OUT (part-00000, part-00001, ... in key order)."""
+def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, objective: str, budget: float | None, levels: int | None, write_combining: bool, overwrite: bool, report_path: str | None) -> None:
+    """Sort the records under IN by key into OUT (part-00000, part-00001, ... in key order).
+
+    By default P and the exchange algorithm are chosen at run time from the measured data size and
+    the store's profile; --workers fixes P, --topology/--levels/--write-combining fix the algorithm.
+    """
     from croupier.jobs.sort import sort
 
     config = _config(ctx)
     plan = _plan(workers, topology, levels, write_combining)
-    workers = plan.workers if plan else workers or config.concurrency
-    report = sort(input_url, output_url, workers, config, out_format, overwrite, plan=plan)
+    report = sort(input_url, output_url, plan.workers if plan else workers, config, out_format, overwrite, plan=plan, objective=objective, budget=budget)
     _emit(report, report_path)
 
 
@@ -151,6 +158,60 @@ def _plan(workers: int | None, topology: str | None, levels: int | None, combine
             raise click.BadParameter(f"P={workers} has no {levels}-level topology; the most is {len(options)} ({options[-1]})", param_hint="--levels")
         return ExchangePlan(options[-1], combine)
     return None
+
+
+@main.command("calibrate")
+@click.option("--store", "store_url", required=True, help="Store to measure, e.g. s3://bucket/scratch or file:///tmp/x.")
+@click.option("--quick", is_flag=True, help="A small grid (about half a minute here; under 2 minutes).")
+@click.option("--out", "out_path", required=True, help="Where to save the profile (JSON).")
+@click.option("--name", default=None, help="Profile name (default: the store URL).")
+@click.option("--plot", "plot_path", default=None, help="Also plot the fitted curves to this PNG (needs the plots extra).")
+@click.pass_context
+@_guard
+def calibrate_cmd(ctx: click.Context, store_url: str, quick: bool, out_path: str, name: str | None, plot_path: str | None) -> None:
+    """Measure a store with real concurrent workers; fit and save its performance profile."""
+    from croupier.model.calibrate import calibrate, describe
+
+    profile = calibrate(store_url, _config(ctx), quick=quick, name=name)
+    profile.save(out_path)
+    click.echo(describe(profile))
+    click.echo(f"profile saved to {out_path}")
+    if plot_path:
+        from croupier.model.plots import plot_profile
+
+        plot_profile(profile, plot_path)
+        click.echo(f"curves plotted to {plot_path}")
+
+
+@main.command("explain")
+@click.argument("input_url", metavar="IN", required=False)
+@click.option("--size", type=SIZE, default=None, help="What-if: plan for this many bytes instead of measuring IN.")
+@click.option("--workers", "-p", type=int, default=None, help="Fix P; only the algorithm is chosen.")
+@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True)
+@click.option("--budget", type=float, default=None, help="With --objective time: the most a run may cost, USD.")
+@click.option("--profile", "profile_name", default=None, help="Profile file or shipped name (local, seaweedfs-loopback, aws-s3, ibm-cos).")
+@click.option("--rows", type=int, default=15, show_default=True, help="Candidates to show.")
+@click.pass_context
+@_guard
+def explain_cmd(ctx: click.Context, input_url: str | None, size: int | None, workers: int | None, objective: str, budget: float | None, profile_name: str | None, rows: int) -> None:
+    """Show what the selector would choose for sorting IN (or --size bytes), and why."""
+    from croupier.config import default_profile_name
+    from croupier.jobs.common import list_inputs
+    from croupier.model.profile import StorageProfile
+    from croupier.model.selector import choose
+    from croupier.storage import open_store
+
+    config = _config(ctx)
+    if size is None:
+        if input_url is None:
+            raise click.UsageError("give IN (its size is measured) or --size")
+        size = sum(o.size for o in list_inputs(open_store(input_url, config)))
+    name = profile_name or config.profile or default_profile_name(input_url or "file:///", config.s3)
+    profile = StorageProfile.load(name)
+    choice = choose(size, profile, objective, budget, workers=workers, concurrency=min(config.concurrency, profile.concurrency) if profile.concurrency < 100 else None, max_workers=config.max_workers)
+    click.echo(f"profile: {profile.name}")
+    click.echo(choice.explain(rows))
+    click.echo(choice.best.explain())
 
 
 @main.command("valsort")
@@ -215,8 +276,7 @@ def demo_cmd(ctx: click.Context, size: int, workdir: str, workers: int | None, k
     config = _config(ctx)
     root = Path(workdir).resolve()
     inp, out = (root / "input").as_uri(), (root / "output").as_uri()
-    workers = workers or config.concurrency
-    click.echo(f"Croupier demo: {format_bytes(size)} of TeraSort records in {root}, {workers} workers, {config.concurrency} at once")
+    click.echo(f"Croupier demo: {format_bytes(size)} of TeraSort records in {root}, {workers or 'auto-tuned'} workers, {config.concurrency} at once")
     try:
         started = time.perf_counter()
         gen = gensort(inp, size, default_parts(size, config.concurrency), config, overwrite=True)

@@ -8,7 +8,9 @@ number of requests over the stage's span; per-worker rate and bandwidth come fro
   goodness of fit = mean absolute % error of the fitted curve over all measured points;
 * b_r, b_w = bytes/s of one worker at the largest size;
 * stage start-up t0 + t1 * waves, from empty stages of 1 and several waves;
-* compute per byte of the partition, regroup and sort kernels, on one core.
+* compute per byte of the partition, regroup and sort kernels, on one core;
+* then a few real sorts through the store fit three coefficients of the whole-exchange model
+  (storage-term multiplier, compute multiplier, fixed cost per stage) by least squares.
 """
 
 from __future__ import annotations
@@ -136,7 +138,52 @@ def _compute_once(records: int) -> tuple[float, float, float]:
     return t_partition / nbytes, t_regroup / nbytes, t_sort / nbytes
 
 
-def calibrate(url: str, config: Config, quick: bool = True, name: str | None = None) -> StorageProfile:
+#: Exchanges run to fit the whole-exchange coefficients: (bytes, P, topology, write combining).
+FIT_RUNS = ((8_000_000, 2, (2,), False), (8_000_000, 6, (3, 2), True), (40_000_000, 4, (4,), True), (40_000_000, 4, (2, 2), False), (40_000_000, 8, (8,), False))
+
+
+def fit_exchanges(url: str, config: Config, profile: StorageProfile) -> StorageProfile:
+    """Run a few real sorts; fit io_scale, compute_scale and the per-stage start-up by least squares.
+
+    Each run's measured exchange time (map + levels + reduce) is modelled as
+    io_scale * (storage terms) + compute_scale * (compute terms) + t0 * stages + t1 * waves; the
+    coefficients must be >= 0 (a negative one is dropped and the rest refitted).
+    """
+    from croupier.exchange.plan import ExchangePlan
+    from croupier.exchange.topology import Topology
+    from croupier.jobs.gensort import gensort
+    from croupier.jobs.sort import sort
+    from croupier.model.perf import predict
+
+    unit = replace(profile, io_scale=1.0, compute_scale=1.0, startup_seconds=0.0)
+    rows, measured = [], []
+    with LocalExecutor(config) as executor:
+        for size, p, groups, combine in FIT_RUNS:
+            gensort(f"{url}/fit-in", size, 2, config, overwrite=True, executor=executor)
+            plan = ExchangePlan(Topology(groups), combine)
+            report = sort(f"{url}/fit-in", f"{url}/fit-out", p, config, overwrite=True, executor=executor, plan=plan)
+            measured.append(sum(s.wall_seconds for s in report.stages if s.name == "map" or s.name == "reduce" or s.name.startswith("level-")))
+            pred = predict(plan, size, unit, config.concurrency)
+            terms = [t for stage in pred.stages for t in stage.terms]
+            io = sum(t.seconds for t in terms if t.name.startswith(("read", "write")))
+            cpu = sum(t.seconds for t in terms if t.name == "compute")
+            waves = sum(t.seconds for t in terms if t.name == "start-up")
+            rows.append([io, cpu, len(pred.stages), waves])
+    open_store(url, config).delete_prefix("fit-")
+    x, y = np.array(rows), np.array(measured) - np.array([r[3] for r in rows])
+    active = [0, 1, 2]
+    while True:
+        coef, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (coef >= 0).all() or len(active) == 1:
+            break
+        active.pop(int(np.argmin(coef)))
+    fitted = dict.fromkeys(range(3), 0.0) | {a: max(0.0, float(c)) for a, c in zip(active, coef)}
+    residual = np.abs(x[:, :3] @ np.array([fitted[0], fitted[1], fitted[2]]) - y) / np.array(measured)
+    fit = dict(profile.fit, exchange_fit_mape_percent=round(100 * float(residual.mean()), 2))
+    return replace(profile, io_scale=fitted[0], compute_scale=fitted[1], startup_seconds=fitted[2], fit=fit)
+
+
+def calibrate(url: str, config: Config, quick: bool = True, name: str | None = None, fit: bool = True) -> StorageProfile:
     """Measure the store at ``url`` and return its fitted profile."""
     sizes = [parse_size(s) for s in QUICK_SIZES]
     workers = [p for p in (QUICK_WORKERS if quick else FULL_WORKERS)]
@@ -147,7 +194,7 @@ def calibrate(url: str, config: Config, quick: bool = True, name: str | None = N
     t0, t1 = measure_startup(config)
     part, regroup, srt = measure_compute()
     largest = sizes[-1]
-    return StorageProfile(
+    profile = StorageProfile(
         name=name or url,
         source=f"croupier calibrate {'--quick ' if quick else ''}on {time.strftime('%Y-%m-%d')}, concurrency {config.concurrency}, {os.cpu_count()} cores",
         read=read,
@@ -164,6 +211,7 @@ def calibrate(url: str, config: Config, quick: bool = True, name: str | None = N
         prices=Prices(source="none: a self-hosted store; put prices in the profile to use the cost objective"),
         fit={"read_mape_percent": round(read_err, 2), "write_mape_percent": round(write_err, 2)},
     )
+    return fit_exchanges(f"{url}/_fit", config, profile) if fit else profile
 
 
 def describe(profile: StorageProfile) -> str:
@@ -178,6 +226,7 @@ def describe(profile: StorageProfile) -> str:
     lines.append(
         f"  compute per MB (one core): partition {profile.partition_seconds_per_byte * 1e6 * 1000:.2f} ms, regroup {profile.regroup_seconds_per_byte * 1e6 * 1000:.2f} ms, sort {profile.sort_seconds_per_byte * 1e6 * 1000:.2f} ms"
     )
+    lines.append(f"  whole-exchange fit: storage terms x{profile.io_scale:.2f}, compute x{profile.compute_scale:.2f}, {profile.startup_seconds * 1000:.1f} ms per stage")
     lines.append(f"  fit (mean abs % error): {profile.fit}")
     return "\n".join(lines)
 

@@ -86,6 +86,7 @@ def _io(kind: str, data: float, requests: int, size: float, profile: StorageProf
     bandwidth = data / (bw * c) if data else 0.0
     q = curve.q(size, c)
     throughput = requests / q if requests else 0.0
+    bandwidth, throughput = bandwidth * profile.io_scale, throughput * profile.io_scale
     if throughput >= bandwidth:
         return Term(f"{kind} throughput", throughput, f"{requests:,} {kind}s of {size / 1e6:.3g} MB at {q:,.0f} req/s with {c} at once")
     return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s per worker x {c}")
@@ -103,12 +104,12 @@ def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concur
     for i in range(plan.levels + 1):
         if i == 0:
             read = _io("read", d, p, d / p, profile, c)
-            compute = Term("compute", d * profile.partition_seconds_per_byte / c, "partitioning records by key")
+            compute = Term("compute", d * profile.partition_seconds_per_byte * profile.compute_scale / c, "partitioning records by key")
         else:
             prev = counts[i - 1]
             read = _io("read", d, prev.gets + prev.ranged_gets, d / (p * prev.group), profile, c)
             per_byte = profile.sort_seconds_per_byte if i == plan.levels else profile.regroup_seconds_per_byte
-            compute = Term("compute", d * per_byte / c, "sorting" if i == plan.levels else "regrouping segments")
+            compute = Term("compute", d * per_byte * profile.compute_scale / c, "sorting" if i == plan.levels else "regrouping segments")
         if i < plan.levels:
             write = _io("write", d, counts[i].puts, counts[i].object_bytes, profile, c)
         else:

@@ -7,7 +7,10 @@ objects of s bytes with P workers at once, fitted from measurements as (SEER §2
 
 with a(s) and qmax(s) measured at a few sizes and interpolated log-log in between; plus per-worker
 bandwidths b_r, b_w (bytes/s), stage start-up time t0 + t1 * waves, in-function compute per byte
-(partition, sort), the concurrency the platform allows, and prices (Eq. 4).
+(partition, sort), the concurrency the platform allows, and prices (Eq. 4). Calibration finally
+runs a few real exchanges and fits, by least squares, a multiplier of the storage terms, one of
+the compute terms and the fixed cost of a stage (t0), so the model matches whole exchanges on this
+store rather than only isolated requests.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class StorageProfile:
     partition_seconds_per_byte: float = 0.0  # map compute, one core
     sort_seconds_per_byte: float = 0.0  # reduce compute, one core
     regroup_seconds_per_byte: float = 0.0  # intermediate level compute, one core
+    io_scale: float = 1.0  # fitted from real exchanges: multiplier of the storage terms
+    compute_scale: float = 1.0  # fitted: multiplier of the compute terms
     concurrency: int = 1000  # functions the platform runs at once
     function_memory: int = 2 << 30
     prices: Prices = field(default_factory=Prices)

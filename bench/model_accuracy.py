@@ -1,0 +1,115 @@
+"""Model accuracy and selector regret, on the local folder and on SeaweedFS.
+
+Calibrates each store first (``--quick``), then over a grid of data sizes x P x every plan of P:
+predicts the exchange time (map + levels + reduce) with the fitted profile and measures it by
+running the sort. Prints each point, the mean absolute percentage error, and per (store, size) the
+selector's regret: the measured time of the configuration it would choose among the grid, divided
+by the best measured time of the grid. Targets (issue 4): error <= 15%; regret <= 1.10 for >= 90%
+of the sizes.
+
+    python bench/model_accuracy.py [--sizes 20MB,100MB,400MB] [--workers 2,4,8,16] [--skip-s3] [--plot acc.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from croupier.compute import LocalExecutor
+from croupier.config import Config
+from croupier.exchange.plan import all_plans
+from croupier.jobs.gensort import gensort
+from croupier.jobs.sort import sort
+from croupier.model.calibrate import calibrate, describe
+from croupier.model.perf import predict
+from croupier.storage import open_store
+from croupier.testing import SeaweedFS
+from croupier.units import format_bytes, parse_size
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import default_dir, s3_config  # noqa: E402
+
+EXCHANGE_STAGES = ("map", "reduce")
+
+
+def exchange_seconds(report) -> float:  # type: ignore[no-untyped-def]
+    return sum(s.wall_seconds for s in report.stages if s.name in EXCHANGE_STAGES or s.name.startswith("level-"))
+
+
+def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int) -> tuple[list[tuple[str, float, float]], list[float]]:
+    profile = calibrate(f"{base}/calibrate", config, quick=True, name=store)
+    print(describe(profile), flush=True)
+    points: list[tuple[str, float, float]] = []
+    regrets = []
+    with LocalExecutor(config) as executor:
+        for size in sizes:
+            gensort(f"{base}/in", size, max(2, config.concurrency), config, overwrite=True, executor=executor)
+            grid = []
+            for p in workers:
+                for plan in all_plans(p, max_levels):
+                    predicted = predict(plan, size, profile, config.concurrency).seconds
+                    measured = min(
+                        exchange_seconds(sort(f"{base}/in", f"{base}/out", p, config, overwrite=True, executor=executor, plan=plan)) for _ in range(repeat)
+                    )
+                    grid.append((plan, predicted, measured))
+                    label = f"{store} {format_bytes(size)} P={p} {plan.name}"
+                    points.append((label, predicted, measured))
+                    print(f"  {label:<48} predicted {predicted:7.3f} s  measured {measured:7.3f} s  error {100 * abs(predicted - measured) / measured:5.1f}%", flush=True)
+            chosen = min(grid, key=lambda g: g[1])
+            best = min(g[2] for g in grid)
+            regrets.append(chosen[2] / best)
+            print(f"  -> {store} {format_bytes(size)}: selector picks {chosen[0].name} P={chosen[0].workers} ({chosen[2]:.3f} s measured); best measured {best:.3f} s; regret {chosen[2] / best:.3f}", flush=True)
+    open_store(base, config).delete_prefix()
+    return points, regrets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="20MB,100MB,400MB")
+    parser.add_argument("--workers", default="2,4,8,16")
+    parser.add_argument("--max-levels", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--skip-s3", action="store_true")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per configuration; the fastest counts")
+    parser.add_argument("--plot", default=None, help="PNG of predicted vs measured (needs the plots extra)")
+    args = parser.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    workers = [int(p) for p in args.workers.split(",")]
+    config = Config(concurrency=args.concurrency, progress=False)
+    points, regrets = [], []
+    root = default_dir(max(sizes), "croupier-bench-model")
+    try:
+        pts, reg = run_store("local", root.as_uri(), config, sizes, workers, args.max_levels, args.repeat)
+        points += pts
+        regrets += reg
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if not args.skip_s3:
+        with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
+            server.wait_ready("bench")
+            pts, reg = run_store("seaweedfs", "s3://bench/model", s3_config(config, server), sizes, workers, args.max_levels, args.repeat)
+            points += pts
+            regrets += reg
+    errors = np.array([abs(p - m) / m for _, p, m in points]) * 100
+    for store in ("local", "seaweedfs"):
+        mine = [abs(p - m) / m * 100 for label, p, m in points if label.startswith(store)]
+        if mine:
+            print(f"{store}: mean absolute error {np.mean(mine):.1f}% over {len(mine)} runs (median {np.median(mine):.1f}%)")
+    print(f"all: mean absolute percentage error {errors.mean():.1f}% over {len(points)} runs (target <= 15%)")
+    good = sum(r <= 1.10 for r in regrets)
+    print(f"selector regret per (store, size): {', '.join(f'{r:.3f}' for r in regrets)}; <= 1.10 for {good}/{len(regrets)} = {100 * good / len(regrets):.0f}% (target >= 90%)")
+    if args.plot:
+        from croupier.model.plots import plot_accuracy
+
+        plot_accuracy(points, args.plot)
+        print(f"plot written to {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

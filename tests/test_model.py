@@ -1,0 +1,154 @@
+"""Profiles, calibration, models, selector and explain."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from croupier.cli import main
+from croupier.config import Config
+from croupier.errors import ConfigError
+from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.exchange.topology import Topology
+from croupier.model import calibrate as cal
+from croupier.model.perf import predict
+from croupier.model.profile import Curve, Prices, StorageProfile, shipped_names
+from croupier.model.selector import choose, search_range
+
+
+def toy_profile(**changes: object) -> StorageProfile:
+    """A store with a hard request ceiling, so request counts matter."""
+    base = dict(
+        name="toy", source="test",
+        read=Curve((1e3, 1e6, 1e8), (100.0, 50.0, 1.0), (2000.0, 1000.0, 50.0)),
+        write=Curve((1e3, 1e6, 1e8), (50.0, 25.0, 0.5), (1000.0, 500.0, 25.0)),
+        read_bandwidth=100e6, write_bandwidth=50e6, startup_seconds=0.5, wave_seconds=0.1,
+        partition_seconds_per_byte=1e-9, sort_seconds_per_byte=2e-9, regroup_seconds_per_byte=5e-10,
+        concurrency=1000, function_memory=2 << 30,
+        prices=Prices(1.7e-5, 0.2e-6, 4e-7, 5e-6, 8.9e-9, "SEER Table 7 AWS"),
+    )
+    base.update(changes)
+    return StorageProfile(**base)  # type: ignore[arg-type]
+
+
+def test_curve_is_linear_then_flat_and_interpolates() -> None:
+    curve = Curve((1e3, 1e5), (100.0, 10.0), (1000.0, 50.0))
+    assert curve.q(1e3, 2) == 200 and curve.q(1e3, 50) == 1000
+    assert curve.q(1e4, 1) == pytest.approx(math.sqrt(100 * 10))  # log-log between sizes
+    assert curve.q(1e6, 1000) == pytest.approx(50 * 1e5 / 1e6)  # beyond the largest size: bandwidth-like
+
+
+def test_fit_recovers_a_known_curve() -> None:
+    points = {(s, p): min(a * p, q) for s, a, q in ((4096, 100.0, 350.0), (65536, 40.0, 100.0)) for p in (1, 2, 4, 8)}
+    curve, error = cal.fit_curve(points, [4096, 65536])
+    assert curve.per_worker == (100.0, 40.0) and curve.ceiling == (350.0, 100.0)
+    assert error == 0
+
+
+def test_prediction_terms_follow_eq_1_and_name_the_dominant_one() -> None:
+    profile = toy_profile(partition_seconds_per_byte=0, sort_seconds_per_byte=0, regroup_seconds_per_byte=0, startup_seconds=0, wave_seconds=0)
+    d, p = 10**9, 100
+    direct = predict(ExchangePlan.direct(p), d, profile)
+    map_stage = direct.stages[0]
+    write = [t for t in map_stage.terms if t.name.startswith("write")][0]
+    s = d / p**2
+    assert write.seconds == pytest.approx(max(d / (50e6 * p), p * p / profile.write.q(s, p)))
+    assert direct.dominant().name == "write throughput" and "10,000 writes" in direct.dominant().why
+    two = predict(ExchangePlan(Topology((10, 10)), combine=True), d, profile)
+    assert two.seconds < direct.seconds  # far fewer requests under a request ceiling
+    assert len(two.stages) == 3 and "dominant" in two.explain()
+
+
+def test_cost_follows_eq_4() -> None:
+    profile = toy_profile()
+    pred = predict(ExchangePlan.direct(10), 10**8, profile)
+    prices = profile.prices
+    functions = (prices.function_gb_second * pred.seconds * 2 + prices.invocation) * 10 * 2
+    requests = prices.read_request * 110 + prices.write_request * 110
+    storage = prices.storage_gb_second * pred.seconds * 0.1
+    assert pred.cost == pytest.approx(functions + requests + storage)
+
+
+def test_selector_searches_from_the_memory_bound_and_can_fix_p() -> None:
+    profile = toy_profile(function_memory=1 << 30, concurrency=200)
+    d = 100 * 2**30
+    assert search_range(d, profile).start == math.ceil(d / ((1 << 30) * 0.25))
+    choice = choose(d, profile)
+    assert choice.best.workers >= 400 and choice.best.seconds == min(c.seconds for c in choice.candidates)
+    fixed = choose(d, profile, workers=36)
+    assert {c.workers for c in fixed.candidates} == {36} and len(fixed.candidates) == len(all_plans(36, 3))
+    text = choice.explain(5)
+    assert "choice:" in text and "dominated by" in text and "topology" in text
+
+
+def test_cost_objective_and_budget() -> None:
+    profile = toy_profile(concurrency=64)
+    fast = choose(10**9, profile, "time")
+    cheap = choose(10**9, profile, "cost")
+    assert cheap.best.cost <= fast.best.cost and fast.best.seconds <= cheap.best.seconds
+    budget = (cheap.best.cost + fast.best.cost) / 2
+    within = choose(10**9, profile, "time", budget=budget)
+    assert within.best.cost <= budget
+    with pytest.raises(ConfigError, match="no configuration fits the budget"):
+        choose(10**9, profile, "time", budget=cheap.best.cost / 10)
+
+
+def test_shipped_profiles_load_and_say_where_numbers_come_from() -> None:
+    assert {"aws-s3", "ibm-cos", "local", "seaweedfs-loopback"} <= set(shipped_names())
+    aws = StorageProfile.load("aws-s3")
+    assert "Locus Table 1" in aws.source and aws.prices.write_request == 5e-6
+    assert aws.write.ceiling[0] == 3500 and aws.read.ceiling[-1] == 1105
+    assert "SEER Table 7" in StorageProfile.load("ibm-cos").prices.source
+    with pytest.raises(ConfigError, match="shipped: "):
+        StorageProfile.load("nope")
+
+
+def test_profile_roundtrip_and_version_check(tmp_path: Path) -> None:
+    profile = toy_profile()
+    profile.save(tmp_path / "p.json")
+    assert StorageProfile.load(tmp_path / "p.json") == profile
+    data = json.loads((tmp_path / "p.json").read_text())
+    data["version"] = 99
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="recalibrate"):
+        StorageProfile.load(tmp_path / "old.json")
+
+
+def test_calibration_measures_a_real_store(store_env: tuple[str, Config], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small grid on the local folder and on SeaweedFS: curves fitted, fit reported, JSON saved."""
+    root, config = store_env
+    monkeypatch.setattr(cal, "QUICK_SIZES", ("4KiB", "256KiB"))
+    monkeypatch.setattr(cal, "QUICK_WORKERS", (1, 2))
+    profile = cal.calibrate(f"{root}/cal", config, quick=True, name="under-test", fit=False)
+    assert profile.read.sizes == (4096.0, 262144.0)
+    assert all(q > 0 for q in profile.read.per_worker + profile.write.ceiling)
+    assert profile.read_bandwidth > 0 and profile.fit["read_mape_percent"] >= 0
+    assert "req/s per worker" in cal.describe(profile)
+    assert StorageProfile.from_dict(json.loads(profile.to_json())) == profile
+
+
+def test_late_binding_sort_chooses_and_reports(tmp_path: Path) -> None:
+    from croupier.jobs.gensort import gensort
+    from croupier.jobs.sort import sort
+    from croupier.jobs.valsort import valsort
+
+    config = Config(concurrency=2, profile="seaweedfs-loopback", max_workers=64)
+    inp, out = (tmp_path / "in").as_uri(), (tmp_path / "out").as_uri()
+    gensort(inp, 200_000, parts=2, config=config)
+    report = sort(inp, out, None, config)
+    assert report.summary["measured_data_bytes"] == 200_000
+    assert "choice:" in report.summary["selector"] and "predicted/measured s" in report.summary
+    assert valsort(out, config, inp)[0].ok
+
+
+def test_explain_and_calibrate_commands(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["explain", "--size", "10GB", "--profile", "aws-s3", "--rows", "4"])
+    assert result.exit_code == 0, result.output
+    assert "choice:" in result.output and "dominant:" in result.output
+    result = runner.invoke(main, ["explain"])
+    assert result.exit_code != 0 and "give IN" in result.output
