@@ -26,6 +26,7 @@ from croupier.config import Config
 from croupier.exchange.plan import all_plans
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
+from croupier.model.calibrate import _exchange_seconds as exchange_seconds
 from croupier.model.calibrate import calibrate, describe
 from croupier.model.perf import predict
 from croupier.storage import open_store
@@ -35,11 +36,8 @@ from croupier.units import format_bytes, parse_size
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import default_dir, s3_config  # noqa: E402
 
-EXCHANGE_STAGES = ("map", "reduce")
 
 
-def exchange_seconds(report) -> float:  # type: ignore[no-untyped-def]
-    return sum(s.wall_seconds for s in report.stages if s.name in EXCHANGE_STAGES or s.name.startswith("level-"))
 
 
 def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int) -> tuple[list[tuple[str, float, float]], list[float]]:

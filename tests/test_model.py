@@ -152,3 +152,14 @@ def test_explain_and_calibrate_commands(tmp_path: Path) -> None:
     assert "choice:" in result.output and "dominant:" in result.output
     result = runner.invoke(main, ["explain"])
     assert result.exit_code != 0 and "give IN" in result.output
+
+
+def test_whole_exchange_fit_runs_real_sorts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The least-squares fit over real exchanges gives non-negative coefficients and reports its error."""
+    monkeypatch.setattr(cal, "FIT_RUNS", ((400_000, 2, (2,), False), (400_000, 4, (2, 2), True), (1_000_000, 4, (4,), False)))
+    monkeypatch.setattr(cal, "FIT_REPEATS", 1)
+    fitted = cal.fit_exchanges((tmp_path / "fit").as_uri(), Config(concurrency=2), toy_profile())
+    assert min(fitted.io_scale, fitted.compute_scale, fitted.startup_seconds, fitted.wave_seconds) >= 0
+    assert fitted.io_scale + fitted.compute_scale + fitted.startup_seconds + fitted.wave_seconds > 0
+    assert "exchange_fit_mape_percent" in fitted.fit
+    assert list((tmp_path / "fit").rglob("*")) == [] or not any(p.is_file() for p in (tmp_path / "fit").rglob("*"))
