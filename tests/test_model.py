@@ -159,7 +159,15 @@ def test_whole_exchange_fit_runs_real_sorts(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(cal, "FIT_RUNS", ((400_000, 2, (2,), False), (400_000, 4, (2, 2), True), (1_000_000, 4, (4,), False)))
     monkeypatch.setattr(cal, "FIT_REPEATS", 1)
     fitted = cal.fit_exchanges((tmp_path / "fit").as_uri(), Config(concurrency=2), toy_profile())
-    assert min(fitted.io_scale, fitted.compute_scale, fitted.startup_seconds, fitted.wave_seconds) >= 0
+    assert min(fitted.io_scale, fitted.compute_scale, fitted.startup_seconds, fitted.wave_seconds, fitted.first_touch_seconds_per_byte) >= 0
     assert fitted.io_scale + fitted.compute_scale + fitted.startup_seconds + fitted.wave_seconds > 0
     assert "exchange_fit_mape_percent" in fitted.fit
     assert list((tmp_path / "fit").rglob("*")) == [] or not any(p.is_file() for p in (tmp_path / "fit").rglob("*"))
+
+
+def test_first_touch_term_favours_smaller_tasks() -> None:
+    profile = toy_profile(first_touch_seconds_per_byte=1e-9, concurrency=2)
+    small, large = (predict(ExchangePlan.direct(p), 10**9, profile) for p in (16, 2))
+    touch = lambda pred: sum(t.seconds for s in pred.stages for t in s.terms if t.name == "first-touch memory")  # noqa: E731
+    assert touch(large) == pytest.approx(2 * 10**9 / 2 * 1e-9)  # D/P per stage, two stages
+    assert touch(small) == pytest.approx(touch(large) / 8)

@@ -162,7 +162,8 @@ def fit_exchanges(url: str, config: Config, profile: StorageProfile) -> StorageP
     """Run a few real sorts; fit io_scale, compute_scale, per-stage t0 and per-wave t1 by least squares.
 
     Each run's measured exchange time (map + levels + reduce) is modelled as
-    io_scale * (storage terms) + compute_scale * (compute terms) + t0 * stages + t1 * waves; the
+    io_scale * (storage terms) + compute_scale * (compute terms) + t0 * stages + t1 * waves
+    + f * (D/P) * stages (fresh memory of each function's first task); the
     coefficients must be >= 0 (a negative one is dropped and the rest refitted). Compute and
     storage terms both grow with D, so one often absorbs the other.
     """
@@ -184,20 +185,22 @@ def fit_exchanges(url: str, config: Config, profile: StorageProfile) -> StorageP
             io = sum(t.seconds for t in terms if t.name.startswith(("read", "write")))
             cpu = sum(t.seconds for t in terms if t.name == "compute")
             waves = math.ceil(p / max(1, min(p, config.concurrency))) * len(pred.stages)
-            rows.append([io, cpu, len(pred.stages), waves])
+            rows.append([io, cpu, len(pred.stages), waves, size / p * len(pred.stages)])
     open_store(url, config).delete_prefix("fit-")
     x, y = np.array(rows, dtype=float), np.array(measured)
-    active = [0, 1, 2, 3]
+    active = [0, 1, 2, 3, 4]
     while True:
         # relative least squares: every run counts by its % error, small ones as much as large
         coef, *_ = np.linalg.lstsq(x[:, active] / y[:, None], np.ones(len(y)), rcond=None)
         if (coef >= 0).all() or len(active) == 1:
             break
         active.pop(int(np.argmin(coef)))
-    fitted = dict.fromkeys(range(4), 0.0) | {a: max(0.0, float(c)) for a, c in zip(active, coef)}
-    residual = np.abs(x @ np.array([fitted[i] for i in range(4)]) - y) / y
+    fitted = dict.fromkeys(range(5), 0.0) | {a: max(0.0, float(c)) for a, c in zip(active, coef)}
+    residual = np.abs(x @ np.array([fitted[i] for i in range(5)]) - y) / y
     fit = dict(profile.fit, exchange_fit_mape_percent=round(100 * float(residual.mean()), 2))
-    return replace(profile, io_scale=fitted[0], compute_scale=fitted[1], startup_seconds=fitted[2], wave_seconds=fitted[3], fit=fit)
+    return replace(
+        profile, io_scale=fitted[0], compute_scale=fitted[1], startup_seconds=fitted[2], wave_seconds=fitted[3], first_touch_seconds_per_byte=fitted[4], fit=fit
+    )
 
 
 def calibrate(url: str, config: Config, quick: bool = True, name: str | None = None, fit: bool = True) -> StorageProfile:
@@ -245,7 +248,8 @@ def describe(profile: StorageProfile) -> str:
     )
     lines.append(
         f"  whole-exchange fit: storage terms x{profile.io_scale:.2f}, compute x{profile.compute_scale:.2f}, "
-        f"{profile.startup_seconds * 1000:.1f} ms per stage, {profile.wave_seconds * 1000:.1f} ms per wave"
+        f"{profile.startup_seconds * 1000:.1f} ms per stage, {profile.wave_seconds * 1000:.1f} ms per wave, "
+        f"{profile.first_touch_seconds_per_byte * 1e9:.2f} ms per MB of a function's first task"
     )
     lines.append(f"  fit (mean abs % error): {profile.fit}")
     return "\n".join(lines)

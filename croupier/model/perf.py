@@ -3,7 +3,7 @@
 A sort with a k-level plan runs k+1 stages (map, levels 2..k, reduce). With D bytes, P workers of
 which C run at once (waves of C), each stage costs
 
-    start-up(P) + compute + max(D/(b_r C), R/q_r(s_r, C)) + max(D/(b_w C), W/q_w(s_w, C))
+    start-up(P) + first-touch(D/P) + compute + max(D/(b_r C), R/q_r(s_r, C)) + max(D/(b_w C), W/q_w(s_w, C))
 
 where R, W are the stage's reads and writes (from the plan's counts), s_r, s_w their sizes, and the
 map reads the input and the reduce writes the output as whole objects of D/P. Every term is kept,
@@ -100,6 +100,8 @@ def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concur
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
     startup = Term("start-up", profile.startup_seconds + profile.wave_seconds * waves, f"{waves} wave(s) of {c} functions")
+    # A function's first task touches fresh memory (page faults); later tasks reuse it: ~ D/P.
+    touch = Term("first-touch memory", d / p * profile.first_touch_seconds_per_byte, f"{d / p / 1e6:,.0f} MB of fresh memory per function")
     stages = []
     for i in range(plan.levels + 1):
         if i == 0:
@@ -115,7 +117,7 @@ def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concur
         else:
             write = _io("write", d, p, d / p, profile, c)
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
-        stages.append(StagePrediction(name, (startup, compute, read, write)))
+        stages.append(StagePrediction(name, (startup, touch, compute, read, write)))
     requests = plan.predicted_requests()
     requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + p, "GET_RANGE": requests["GET_RANGE"]}
     prediction = Prediction(plan, data_bytes, tuple(stages), requests)

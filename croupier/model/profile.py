@@ -83,6 +83,7 @@ class StorageProfile:
     regroup_seconds_per_byte: float = 0.0  # intermediate level compute, one core
     io_scale: float = 1.0  # fitted from real exchanges: multiplier of the storage terms
     compute_scale: float = 1.0  # fitted: multiplier of the compute terms
+    first_touch_seconds_per_byte: float = 0.0  # fitted: fresh memory a function's first task touches, per byte of that task
     concurrency: int = 1000  # functions the platform runs at once
     function_memory: int = 2 << 30
     prices: Prices = field(default_factory=Prices)
