@@ -194,3 +194,23 @@ def test_valsort_catches_disorder_loss_and_corruption(tmp_path, executor: LocalE
     store.put("part-00000", bytes(part))
     check("checksum")
     assert valsort(out, config, inp, executor=executor)[0].ok
+
+
+def test_samples_carry_the_true_row_positions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Each sampled B holds (key bytes 8-9, row number within the object) of the record it came from."""
+    from croupier.compute.context import TaskContext
+    from croupier.jobs.sort import Piece, sample_share
+    from croupier.ops.partition import ROWPOS_BITS
+    from croupier.ops.records import key_columns
+
+    config = Config(concurrency=2)
+    records = data.uniform(5000)
+    url = (tmp_path / "in").as_uri()
+    data.write_parts(url, config, records, parts=1)
+    piece = Piece("part-00000.dat", "gensort", 1000, 4000, 1000)
+    [(n, a_bytes, b_bytes)] = sample_share(TaskContext("t", config), url, [piece], 300, seed=3)
+    a, b = np.frombuffer(a_bytes, np.uint64), np.frombuffer(b_bytes, np.uint64)
+    rows = (b & np.uint64((1 << ROWPOS_BITS) - 1)).astype(np.int64)
+    assert n == 3000 and len(rows) >= 100 and (rows >= 1000).all() and (rows < 4000).all()
+    hi, lo = key_columns(records[rows])
+    assert (a == hi).all() and ((b >> np.uint64(ROWPOS_BITS)) == lo).all()

@@ -122,8 +122,8 @@ def sample_share(ctx: TaskContext, url: str, share: list[Piece], samples: int, s
     for piece in share:
         keys, positions, n = _sample_piece(store, piece, per_piece, rng)
         hi, lo = key_columns(keys)
-        a, b = partition.composite_keys(hi, lo, 0)
-        out.append((n, a.tobytes(), (b | positions.astype(np.uint64)).tobytes()))
+        b = (lo.astype(np.uint64) << np.uint64(partition.ROWPOS_BITS)) | positions.astype(np.uint64)
+        out.append((n, hi.tobytes(), b.tobytes()))
     return out
 
 
@@ -308,8 +308,7 @@ def sort(
             intermediate_format=encoding,
             output_format=out_format,
         )
-        if prediction is not None:
-            _compare_prediction(run, prediction)
+        _compare_prediction(run, prediction)
     finally:
         run.store(shuffle_url).delete_prefix()
         if not committed and out_keys:
