@@ -253,6 +253,3 @@ def describe(profile: StorageProfile) -> str:
     )
     lines.append(f"  fit (mean abs % error): {profile.fit}")
     return "\n".join(lines)
-
-
-__all__ = ["calibrate", "describe", "fit_curve", "replace"]

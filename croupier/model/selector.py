@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from croupier.errors import ConfigError
-from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.exchange.plan import all_plans
 from croupier.model.perf import Prediction, predict
 from croupier.model.profile import StorageProfile
 
@@ -85,8 +85,3 @@ def choose(
         raise ConfigError(f"no configuration fits the budget ${budget}; the cheapest costs ${cheapest.cost:.6f} ({cheapest.plan.name}, P={cheapest.workers})")
     best = min(pool, key=_key(objective))
     return Choice(best, tuple(candidates), objective, data_bytes, budget)
-
-
-def plan_for(prediction: Prediction) -> ExchangePlan:
-    """The plan a prediction is about (convenience for callers)."""
-    return prediction.plan
