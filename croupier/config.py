@@ -108,6 +108,12 @@ class Config:
     profile:             storage profile (file or shipped name) the selector uses; None: the shipped
                          profile for the store kind (local, seaweedfs-loopback, aws-s3)
     max_workers:         largest P the selector may choose; None: from the profile
+    broadcast_limit:     queries: a join whose build side measures at most this many bytes at run
+                         time is a broadcast join (no shuffle of the other side)
+    gather_limit:        queries: a sort whose input measures at most this many bytes runs in one
+                         task; above it, sampled range partitioning over P tasks
+    exchange_buckets:    queries: hash buckets each exchange writes; the consumer's P (chosen at
+                         run time) reads contiguous bucket ranges, so P <= this
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -121,12 +127,17 @@ class Config:
     progress: bool | None = None
     profile: str | None = None
     max_workers: int | None = None
+    broadcast_limit: int = parse_size("64MiB")
+    gather_limit: int = parse_size("256MiB")
+    exchange_buckets: int = 64
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.function_memory < parse_size("64MiB"):
             raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
+        if self.exchange_buckets < 1:
+            raise ConfigError(f"exchange_buckets must be at least 1, got {self.exchange_buckets}")
         if self.intermediate_format not in ("auto", "raw", "arrow-lz4", "arrow-zstd", "arrow"):
             raise ConfigError(
                 f"intermediate_format must be auto, raw, arrow, arrow-lz4 or arrow-zstd, got {self.intermediate_format!r}"

@@ -65,11 +65,15 @@ class Run:
 
     def stage(self, name: str, tasks: Sequence[Task]) -> list[TaskResult]:
         """Run ``tasks`` as one stage, with a progress bar; record its report."""
-        report = StageReport(name, tasks=len(tasks))
         started = time.perf_counter()
         with tqdm(total=len(tasks), desc=f"{self.report.job}: {name}", unit="task", disable=not self._progress(), leave=False) as bar:
             results = self.executor.map(tasks, self.config, on_done=lambda r: bar.update(1))
-        report.wall_seconds = time.perf_counter() - started
+        self.record(name, results, time.perf_counter() - started)
+        return results
+
+    def record(self, name: str, results: Sequence[TaskResult], wall_seconds: float) -> StageReport:
+        """Fold the results of one stage's tasks into a stage report and add it to the run's report."""
+        report = StageReport(name, tasks=len(results), wall_seconds=wall_seconds)
         for result in results:
             report.io.merge(result.io)
             if "exchange" in result.channels:
@@ -79,7 +83,7 @@ class Run:
             report.peak_rss = max(report.peak_rss, result.peak_rss)
             report.retried_tasks += result.attempts > 1
         self.report.stages.append(report)
-        return results
+        return report
 
     def _progress(self) -> bool:
         if self.config.progress is not None:

@@ -147,6 +147,9 @@ FIT_RUNS = (
     (40_000_000, 4, (2, 2), False),
     (40_000_000, 8, (8,), False),
     (40_000_000, 16, (16,), False),
+    # large D/P against small D/P at one D: tells the first-touch term from the storage terms
+    (120_000_000, 2, (2,), True),
+    (120_000_000, 8, (8,), True),
 )
 
 

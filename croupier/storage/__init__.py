@@ -6,7 +6,7 @@ for S3-compatible storage (endpoint and credentials from :class:`croupier.config
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from croupier.config import Config
 from croupier.errors import ConfigError
@@ -26,7 +26,7 @@ def split_url(url: str) -> tuple[str, str, str]:
     if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] == ":\\"):
         if scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise ConfigError(f"bad file URL {url!r}: write file:///absolute/path (three slashes)")
-        return "file", "", parsed.path if scheme == "file" else url
+        return "file", "", unquote(parsed.path) if scheme == "file" else url
     if scheme == "s3":
         if not parsed.netloc:
             raise ConfigError(f"bad S3 URL {url!r}: no bucket; write s3://bucket/prefix")

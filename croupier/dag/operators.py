@@ -1,0 +1,170 @@
+"""Operators: what a stage's tasks do to their data, as picklable steps over Polars frames.
+
+A stage's task reads its input (a scan split or exchange partitions) as one DataFrame, applies the
+stage's operators in order, then writes the result to the stage's sink. Operators that need a
+second input (a join's build side) name it; the task reads it as a side input.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Mapping
+
+import polars as pl
+
+from croupier.expr import Expr
+
+
+#: Aggregation functions a stage can run, by name.
+AGG_FUNCTIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len")
+
+
+class Operator(ABC):
+    """One step of a stage's pipeline."""
+
+    #: names of the side inputs this operator reads
+    sides: tuple[str, ...] = ()
+
+    @abstractmethod
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        """Transform ``df`` (``sides`` holds the side inputs by name)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for explain output."""
+
+
+@dataclass(frozen=True)
+class Filter(Operator):
+    """Keep the rows where ``predicate`` is true."""
+
+    predicate: Expr
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.filter(self.predicate.to_polars())
+
+    def describe(self) -> str:
+        return f"filter {self.predicate.show()}"
+
+
+@dataclass(frozen=True)
+class Select(Operator):
+    """Exactly these columns (expressions), in this order."""
+
+    exprs: tuple[Expr, ...]
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.select([e.to_polars() for e in self.exprs])
+
+    def describe(self) -> str:
+        return "select " + ", ".join(e.show() for e in self.exprs)
+
+
+@dataclass(frozen=True)
+class WithColumns(Operator):
+    """Add or replace columns."""
+
+    exprs: tuple[Expr, ...]
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.with_columns([e.to_polars() for e in self.exprs])
+
+    def describe(self) -> str:
+        return "with_columns " + ", ".join(e.show() for e in self.exprs)
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    """``fn`` over the input column ``column`` (None for len), named ``out``."""
+
+    fn: str
+    column: str | None
+    out: str
+
+    def to_polars(self) -> pl.Expr:
+        if self.fn == "len":
+            return pl.len().cast(pl.Int64).alias(self.out)
+        e = getattr(pl.col(self.column), self.fn)()
+        if self.fn in ("count", "n_unique"):
+            e = e.cast(pl.Int64)
+        return e.alias(self.out)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Aggregate(Operator):
+    """Group by ``keys`` and aggregate; with no keys, one row for the whole input."""
+
+    keys: tuple[str, ...]
+    aggs: tuple[AggSpec, ...]
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        exprs = [a.to_polars() for a in self.aggs]
+        if not self.keys:
+            return df.select(exprs) if exprs else df.head(0)
+        if not exprs:
+            return df.select(list(self.keys)).unique(maintain_order=True)
+        return df.group_by(list(self.keys), maintain_order=True).agg(exprs)
+
+    def describe(self) -> str:
+        aggs = ", ".join(f"{a.fn}({a.column or '*'}) as {a.out}" for a in self.aggs)
+        return f"aggregate by [{', '.join(self.keys)}]: {aggs}"
+
+
+@dataclass(frozen=True)
+class HashJoin(Operator):
+    """Join the stream (left) with the side input ``side`` (right) on equal keys."""
+
+    side: str
+    left_on: tuple[str, ...]
+    right_on: tuple[str, ...]
+    how: str
+    suffix: str = "_right"
+
+    @property
+    def sides(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.side,)
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        right = sides[self.side]
+        return df.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
+        return f"{self.how} hash join with {self.side} on {on}"
+
+
+@dataclass(frozen=True)
+class Sort(Operator):
+    """Order rows by ``by`` (each ascending or descending); stable."""
+
+    by: tuple[Expr, ...]
+    descending: tuple[bool, ...]
+    nulls_last: bool = False
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.sort([e.to_polars() for e in self.by], descending=list(self.descending), nulls_last=self.nulls_last, maintain_order=True)
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{e.show()}{' desc' if d else ''}" for e, d in zip(self.by, self.descending))
+        return f"sort by {keys}"
+
+
+@dataclass(frozen=True)
+class Head(Operator):
+    """The first ``n`` rows."""
+
+    n: int
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.head(self.n)
+
+    def describe(self) -> str:
+        return f"head {self.n}"
+
+
+def run_pipeline(df: pl.DataFrame, operators: tuple[Operator, ...], sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    """Apply ``operators`` in order."""
+    for op in operators:
+        df = op.apply(df, sides)
+    return df

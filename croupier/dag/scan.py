@@ -1,0 +1,344 @@
+"""Scans: finding input objects, cutting them into splits, and reading one split in a task.
+
+* Parquet: the driver reads each footer, prunes row groups whose min/max statistics cannot match
+  the pushed-down predicate, and groups the rest into splits. A task fetches only the column chunks
+  of the needed columns, as concurrent ranged GETs (Lambada §4), then decodes them.
+* CSV: byte ranges aligned to line boundaries: a line belongs to the split holding its first byte.
+  Quoted fields must not contain line breaks.
+* gensort: byte ranges on 100-byte record boundaries; columns ``key`` (10 bytes) and ``value``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from croupier.errors import InputError
+from croupier.expr import Expr, may_match
+from croupier.ops.formats import is_hidden
+from croupier.storage import ObjectInfo, Store, split_url
+from croupier.storage.rangefile import RangeFile
+
+FORMATS = ("parquet", "csv", "gensort")
+RECORD = 100
+#: Byte gap up to which neighbouring column chunks are fetched as one request.
+COALESCE_GAP = 64 * 1024
+#: Bytes read past a CSV split's end to find the end of its last line (more is read if needed).
+LOOKAHEAD = 64 * 1024
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How CSV files are laid out."""
+
+    separator: str = ","
+    has_header: bool = True
+    quote_char: str | None = '"'
+    null_values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """What to scan: ``url`` (a file, a prefix/folder, or a glob), the format, and pushdowns.
+
+    ``columns`` is the projection (None: all); ``predicate`` prunes row groups and filters rows.
+    """
+
+    url: str
+    format: str
+    columns: tuple[str, ...] | None = None
+    predicate: Expr | None = None
+    csv: CsvOptions = field(default_factory=CsvOptions)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One task's share of a scan: part of one object."""
+
+    base: str
+    key: str
+    size: int
+    row_groups: tuple[int, ...] = ()
+    ranges: tuple[tuple[int, int], ...] = ()
+    start: int = 0
+    end: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.base.rstrip('/')}/{self.key}"
+
+
+def _has_glob(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def resolve(url: str, open_store: Callable[[str], Store]) -> tuple[str, list[ObjectInfo]]:
+    """The store URL and the data objects ``url`` names: one file, everything under a prefix, or a glob."""
+    split_url(url)  # validates the URL with a clear error
+    trimmed = url.rstrip("/")
+    parent, name = posixpath.split(trimmed)
+    if _has_glob(name):
+        objects = [o for o in open_store(parent).list() if "/" not in o.key and fnmatch.fnmatch(o.key, name) and not is_hidden(o.key)]
+        if not objects:
+            raise InputError(f"no input objects match {url}; check the pattern")
+        return parent, sorted(objects, key=lambda o: o.key)
+    if name and not url.endswith("/"):
+        store = open_store(parent)
+        if store.exists(name):
+            return parent, [store.head(name)]
+    objects = [o for o in open_store(trimmed).list() if not is_hidden(o.key)]
+    if not objects:
+        raise InputError(f"no input objects under {url}; check the path (and the endpoint for s3:// URLs)")
+    return trimmed, sorted(objects, key=lambda o: o.key)
+
+
+# --- schemas -------------------------------------------------------------------------------
+
+
+def gensort_schema() -> pl.Schema:
+    return pl.Schema({"key": pl.Binary, "value": pl.Binary})
+
+
+def parquet_schema(store: Store, obj: ObjectInfo) -> pl.Schema:
+    """Schema of one Parquet object, from its footer."""
+    meta = _footer(store, obj)
+    return pl.Schema(pl.from_arrow(meta.schema.to_arrow_schema().empty_table()).schema)  # type: ignore[union-attr]
+
+
+def csv_schema(store: Store, obj: ObjectInfo, options: CsvOptions) -> pl.Schema:
+    """Schema of a CSV object inferred from its first rows (up to 1 MiB)."""
+    head = bytes(store.get_range(obj.key, 0, min(obj.size, 1 << 20)))
+    if obj.size > len(head):
+        head = head[: head.rfind(b"\n") + 1]
+    try:
+        df = pl.read_csv(io.BytesIO(head), has_header=options.has_header, separator=options.separator, quote_char=options.quote_char, infer_schema_length=10_000, n_rows=10_000, null_values=list(options.null_values) or None)
+    except Exception as exc:  # noqa: BLE001 - polars raises many kinds; all mean "bad CSV"
+        raise InputError(f"{store.url}/{obj.key}: cannot read as CSV ({exc})") from exc
+    return df.schema
+
+
+def _footer(store: Store, obj: ObjectInfo) -> pq.FileMetaData:
+    try:
+        return pq.read_metadata(RangeFile(store, obj.key, obj.size))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{store.url}/{obj.key}: not a valid Parquet file ({exc})") from exc
+
+
+# --- planning splits -----------------------------------------------------------------------
+
+
+def _chunk_range(column: Any) -> tuple[int, int]:
+    """Byte range of one column chunk in its file."""
+    start = column.data_page_offset
+    if column.has_dictionary_page and column.dictionary_page_offset and column.dictionary_page_offset > 0:
+        start = min(start, column.dictionary_page_offset)
+    return start, start + column.total_compressed_size
+
+
+def _coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start - out[-1][1] <= COALESCE_GAP:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _row_group_stats(rg: Any, names: dict[str, int], wanted: set[str]) -> dict[str, tuple[Any, Any]]:
+    stats: dict[str, tuple[Any, Any]] = {}
+    for name in wanted:
+        index = names.get(name)
+        if index is None:
+            continue
+        s = rg.column(index).statistics
+        if s is not None and s.has_min_max:
+            stats[name] = (s.min, s.max)
+    return stats
+
+
+def parquet_splits(spec: ScanSpec, base: str, store: Store, objects: list[ObjectInfo], parts: int, smallest: int, largest: int) -> tuple[list[Split], dict[str, int]]:
+    """Row-group splits of the Parquet ``objects`` after pruning, about ``parts`` of them; and counts.
+
+    Split size aims at (needed bytes / parts) within [smallest, largest]; a split never crosses
+    files. Needed bytes are the column chunks of the projected columns in unpruned row groups.
+    """
+    counts = {"row_groups": 0, "row_groups_pruned": 0, "bytes_needed": 0}
+    wanted = spec.predicate.columns() if spec.predicate is not None else set()
+    kept: list[tuple[ObjectInfo, int, list[tuple[int, int]]]] = []
+    for obj in objects:
+        meta = _footer(store, obj)
+        names = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+        columns = [names[c] for c in (spec.columns or list(names)) if c in names]
+        for r in range(meta.num_row_groups):
+            rg = meta.row_group(r)
+            counts["row_groups"] += 1
+            if spec.predicate is not None and not may_match(spec.predicate, _row_group_stats(rg, names, wanted)):
+                counts["row_groups_pruned"] += 1
+                continue
+            kept.append((obj, r, [_chunk_range(rg.column(i)) for i in columns]))
+    counts["bytes_needed"] = sum(e - s for _, _, chunk in kept for s, e in chunk)
+    target = min(largest, max(smallest, counts["bytes_needed"] // max(1, parts)))
+    splits: list[Split] = []
+    group: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    size = 0
+    current: ObjectInfo | None = None
+    for obj, r, chunk in kept:
+        nbytes = sum(e - s for s, e in chunk)
+        if group and current is not None and (obj.key != current.key or size + nbytes > target):
+            splits.append(Split(base, current.key, current.size, tuple(group), tuple(_coalesce(ranges))))
+            group, ranges, size = [], [], 0
+        current = obj
+        group.append(r)
+        ranges += chunk
+        size += nbytes
+    if group and current is not None:
+        splits.append(Split(base, current.key, current.size, tuple(group), tuple(_coalesce(ranges))))
+    return splits, counts
+
+
+def byte_splits(base: str, objects: list[ObjectInfo], target: int, align: int = 1) -> list[Split]:
+    """Contiguous byte ranges of about ``target`` bytes (multiples of ``align``)."""
+    splits = []
+    step = max(align, target // align * align)
+    for obj in objects:
+        for start in range(0, obj.size, step):
+            splits.append(Split(base, obj.key, obj.size, start=start, end=min(obj.size, start + step)))
+    return splits
+
+
+def check_gensort(base: str, objects: list[ObjectInfo]) -> None:
+    """gensort objects must hold whole 100-byte records."""
+    for obj in objects:
+        if obj.size % RECORD:
+            raise InputError(f"{base}/{obj.key}: size {obj.size:,} is not a multiple of {RECORD}; a truncated or non-gensort file")
+
+
+# --- reading one split (in a task) ------------------------------------------------------------
+
+
+class _PrefetchedFile(RangeFile):
+    """A :class:`RangeFile` that serves reads from byte ranges fetched ahead, concurrently."""
+
+    def __init__(self, store: Store, key: str, size: int, ranges: list[tuple[int, int]]) -> None:
+        super().__init__(store, key, size)
+        tail = (max(0, size - 64 * 1024), size)
+        wanted = _coalesce(list(ranges) + [tail])
+        self._chunks = list(zip(wanted, store.get_ranges(key, wanted)))
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        start, end = self._pos, min(self._size, self._pos + len(buffer))
+        for (s, e), data in self._chunks:
+            if s <= start and end <= e:
+                n = end - start
+                memoryview(buffer)[:n] = memoryview(data)[start - s : end - s]
+                self._pos = end
+                return n
+        return super().readinto(buffer)
+
+
+def projected(spec: ScanSpec, file_schema: pl.Schema) -> pl.Schema:
+    """The scan's output schema: the file schema cut to the projection."""
+    if spec.columns is None:
+        return file_schema
+    return pl.Schema({c: file_schema[c] for c in spec.columns})
+
+
+def read_split(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> pl.DataFrame:
+    """Read one split as a DataFrame of the projected columns (errors name the object)."""
+    try:
+        if spec.format == "parquet":
+            df = _read_parquet(store, split, projected(spec, file_schema))
+        elif spec.format == "csv":
+            df = _read_csv(store, spec, split, file_schema)
+        else:
+            df = _read_gensort(store, split)
+        return df.select(list(projected(spec, file_schema)))
+    except InputError:
+        raise
+    except (pa.ArrowInvalid, pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        where = split.where + (f" bytes {split.start:,}-{split.end:,}" if spec.format != "parquet" else "")
+        raise InputError(f"{where}: cannot read as {spec.format} ({exc})") from exc
+
+
+def _read_parquet(store: Store, split: Split, schema: pl.Schema) -> pl.DataFrame:
+    source = _PrefetchedFile(store, split.key, split.size, list(split.ranges))
+    pf = pq.ParquetFile(source, pre_buffer=False)
+    columns = list(schema)
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise InputError(f"{split.where}: has no column(s) {missing}; its columns are {pf.schema_arrow.names} (schemas differ across files?)")
+    table = pf.read_row_groups(list(split.row_groups), columns=columns, use_threads=False)
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return _conform(df, schema, split.where)
+
+
+def _conform(df: pl.DataFrame, schema: pl.Schema, where: str) -> pl.DataFrame:
+    """Check ``df`` has ``schema``'s types (files of one scan must agree)."""
+    for name, dtype in schema.items():
+        if df.schema[name] != dtype:
+            raise InputError(f"{where}: column {name!r} is {df.schema[name]}, but the first file has {dtype}; schemas differ across files")
+    return df.select(list(schema))
+
+
+def _csv_bounds(store: Store, split: Split) -> bytes:
+    """The bytes of the lines that start inside [start, end)."""
+    lo = max(0, split.start - 1)
+    hi = min(split.size, split.end + LOOKAHEAD)
+    data = bytes(store.get_range(split.key, lo, hi))
+    if split.start == 0:
+        first = 0
+    else:
+        nl = data.find(b"\n")
+        if nl < 0 or lo + nl + 1 >= split.end:
+            return b""  # the first line start after lo lies beyond this split
+        first = nl + 1
+    end_rel = split.end - 1 - lo
+    while True:
+        nl = data.find(b"\n", max(first, end_rel))
+        if nl >= 0 or hi >= split.size:
+            return data[first : nl + 1] if nl >= 0 else data[first:]
+        more = min(split.size, hi + 4 * (hi - lo))
+        data += bytes(store.get_range(split.key, hi, more))
+        hi = more
+
+
+def _read_csv(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> pl.DataFrame:
+    data = _csv_bounds(store, split)
+    options = spec.csv
+    if split.start == 0 and options.has_header:
+        data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+    if not data.strip():
+        return pl.DataFrame(schema=file_schema)
+    return pl.read_csv(
+        io.BytesIO(data),
+        has_header=False,
+        new_columns=list(file_schema),
+        schema=file_schema,
+        separator=options.separator,
+        quote_char=options.quote_char,
+        null_values=list(options.null_values) or None,
+    )
+
+
+def _read_gensort(store: Store, split: Split) -> pl.DataFrame:
+    buf = store.get_range(split.key, split.start, split.end)
+    raw = np.frombuffer(memoryview(buf), dtype=np.uint8)
+    if raw.size % RECORD:
+        raise InputError(f"{split.where}: bytes {split.start:,}-{split.end:,} do not hold whole {RECORD}-byte records")
+    records = raw.reshape(-1, RECORD)
+    keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(10), len(records), [None, pa.py_buffer(np.ascontiguousarray(records[:, :10]).tobytes())])
+    values = pa.FixedSizeBinaryArray.from_buffers(pa.binary(90), len(records), [None, pa.py_buffer(np.ascontiguousarray(records[:, 10:]).tobytes())])
+    df = pl.from_arrow(pa.table({"key": keys.cast(pa.binary()), "value": values.cast(pa.binary())}))
+    assert isinstance(df, pl.DataFrame)
+    return df

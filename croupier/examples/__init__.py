@@ -1,0 +1,1 @@
+"""Worked examples in the lazy frame API (TPC-H and TPC-DS queries)."""

@@ -1,0 +1,184 @@
+"""Logical plans, the optimiser, aggregation lowering, and exchange buckets (no workers needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from croupier.dag.exchange import ObjectRef, Piece, bucket_range, decode_piece, encode_buckets, hash_buckets, range_buckets, sort_keys
+from croupier.dag.operators import run_pipeline
+from croupier.dag.scan import ScanSpec
+from croupier.errors import ConfigError
+from croupier.frame import LazyFrame, col, count
+from croupier.frame.logical import Aggregate, Filter, Join, Node, Project, Scan
+from croupier.frame.optimize import optimize
+from croupier.config import Config
+
+ORDERS = pl.Schema({"o_orderkey": pl.Int64, "o_custkey": pl.Int64, "o_date": pl.Date, "o_price": pl.Float64, "o_comment": pl.String})
+CUSTOMER = pl.Schema({"c_custkey": pl.Int64, "c_name": pl.String, "c_nation": pl.Int32, "c_comment": pl.String})
+
+
+def _frame(name: str, schema: pl.Schema) -> LazyFrame:
+    return LazyFrame(Scan(ScanSpec(f"file:///nowhere/{name}.parquet", "parquet"), schema), Config(concurrency=2))
+
+
+def _scans(node: Node) -> list[Scan]:
+    out = [node] if isinstance(node, Scan) else []
+    for child in node.children():
+        out += _scans(child)
+    return out
+
+
+def test_predicates_reach_the_scans_through_joins_and_projections() -> None:
+    orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
+    q = (
+        orders.with_columns((col("o_price") * 2).alias("double"))
+        .join(customer, left_on="o_custkey", right_on="c_custkey")
+        .filter((col("o_price") > 10) & (col("c_nation") == 3) & (col("double") > col("o_price")))
+        .select("o_orderkey", "c_name")
+    )
+    plan = optimize(q._node)
+    scans = {s.spec.url.rsplit("/", 1)[1]: s for s in _scans(plan)}
+    assert scans["orders.parquet"].spec.predicate.show() == "(col('o_price') > 10)"  # type: ignore[union-attr]
+    assert scans["customer.parquet"].spec.predicate.show() == "(col('c_nation') == 3)"  # type: ignore[union-attr]
+    # the condition on a computed column stays above the projection that computes it
+    assert "double" in plan.tree()
+    assert list(plan.schema) == ["o_orderkey", "c_name"]
+
+
+def test_scans_read_only_needed_columns() -> None:
+    orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
+    q = orders.join(customer, left_on="o_custkey", right_on="c_custkey").group_by("c_name").agg(col("o_price").sum())
+    plan = optimize(q._node)
+    cols = {s.spec.url.rsplit("/", 1)[1]: s.spec.columns for s in _scans(plan)}
+    assert cols == {"orders.parquet": ("o_custkey", "o_price"), "customer.parquet": ("c_custkey", "c_name")}
+    assert list(plan.schema) == list(q.schema) == ["c_name", "o_price"]
+
+
+def test_predicates_do_not_cross_outer_join_right_side_or_limits() -> None:
+    orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
+    q = orders.join(customer, left_on="o_custkey", right_on="c_custkey", how="left").filter(col("c_nation") == 3)
+    plan = optimize(q._node)
+    assert isinstance(plan, Filter) or any(isinstance(n, Filter) for n in [plan, *plan.children()])
+    assert all(s.spec.predicate is None for s in _scans(plan))
+    q2 = orders.head(5).filter(col("o_price") > 1)
+    assert all(s.spec.predicate is None for s in _scans(optimize(q2._node)))
+
+
+def test_bad_plans_fail_when_built() -> None:
+    orders = _frame("orders", ORDERS)
+    with pytest.raises(ConfigError, match="unknown column"):
+        orders.filter(col("nope") > 1)
+    with pytest.raises(ConfigError, match="no column"):
+        orders.join(orders, left_on="o_orderkey", right_on="zzz")
+    with pytest.raises(ConfigError, match="single aggregations"):
+        orders.group_by("o_custkey").agg(col("o_price").sum() / col("o_price").count())
+    with pytest.raises(ConfigError, match="how"):
+        orders.join(orders, on="o_orderkey", how="cross")
+    with pytest.raises(ConfigError, match="descending"):
+        orders.sort("o_price", "o_date", descending=[True])
+
+
+def test_explain_preview_names_the_exchanges() -> None:
+    orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
+    q = orders.join(customer, left_on="o_custkey", right_on="c_custkey").group_by("c_name").agg(count().alias("n")).sort("n", descending=True)
+    text = q.explain()
+    assert "logical plan:" in text and "optimized plan:" in text and "physical stages" in text
+    assert "HashSink" in text and "broadcast if build side" in text and "one task sorts" in text
+
+
+# --- aggregation lowering: partial per chunk + final == one aggregation ---------------------------
+
+_rows = st.lists(st.tuples(st.integers(0, 4), st.integers(-50, 50), st.one_of(st.none(), st.floats(-1e3, 1e3, allow_nan=False))), min_size=0, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_rows, st.integers(1, 5))
+def test_partial_then_final_aggregation_equals_direct(rows: list, chunks: int) -> None:
+    df = pl.DataFrame(rows, schema={"k": pl.Int64, "v": pl.Int64, "f": pl.Float64}, orient="row")
+    aggs = (col("v").sum().alias("s"), col("f").count().alias("c"), col("f").mean().alias("m"), col("v").min().alias("lo"), col("v").max().alias("hi"), count().alias("n"))
+    node = Aggregate(Scan(ScanSpec("file:///x", "parquet"), df.schema), (col("k"),), aggs)
+    low = node.lower()
+    assert low.partial is not None
+    bounds = np.linspace(0, df.height, chunks + 1).astype(int)
+    partials = [run_pipeline(df.slice(a, b - a), (low.pre, low.partial), {}) for a, b in zip(bounds, bounds[1:])]
+    merged = run_pipeline(pl.concat(partials), low.final, {}).sort("k")
+    direct = df.group_by("k").agg(
+        pl.col("v").sum().alias("s"), pl.col("f").count().cast(pl.Int64).alias("c"), pl.col("f").mean().alias("m"),
+        pl.col("v").min().alias("lo"), pl.col("v").max().alias("hi"), pl.len().cast(pl.Int64).alias("n"),
+    ).sort("k")  # fmt: skip
+    assert merged.columns == direct.columns
+    assert merged.select("k", "s", "c", "lo", "hi", "n").equals(direct.select("k", "s", "c", "lo", "hi", "n"))
+    for a, b in zip(merged["m"].to_list(), direct["m"].to_list()):
+        assert (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b))) or (a != a and b is None)
+
+
+def test_n_unique_skips_the_partial_step() -> None:
+    schema = pl.Schema({"k": pl.Int64, "v": pl.Int64})
+    node = Aggregate(Scan(ScanSpec("file:///x", "parquet"), schema), (col("k"),), (col("v").n_unique().alias("u"),))
+    assert node.lower().partial is None
+    assert dict(node.schema) == {"k": pl.Int64, "u": pl.Int64}
+
+
+# --- exchange buckets ------------------------------------------------------------------------------
+
+
+def test_hash_buckets_agree_across_integer_widths() -> None:
+    a = pl.DataFrame({"k": pl.Series([1, 2, 3, 1000, -7], dtype=pl.Int32)})
+    b = pl.DataFrame({"k": pl.Series([1, 2, 3, 1000, -7], dtype=pl.Int64)})
+    assert (hash_buckets(a, ["k"], 16) == hash_buckets(b, ["k"], 16)).all()
+    assert hash_buckets(a, ["k"], 1).tolist() == [0] * 5
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 1000), max_size=200), st.integers(1, 9), st.integers(1, 9))
+def test_buckets_round_trip_and_ranges_cover_all(values: list[int], buckets: int, tasks: int) -> None:
+    df = pl.DataFrame({"k": values, "s": [str(v) for v in values]}, schema={"k": pl.Int64, "s": pl.String})
+    bucket = hash_buckets(df, ["k"], buckets)
+    data, offsets = encode_buckets(df, bucket, buckets, "uncompressed")
+    ref = ObjectRef("obj", len(data), offsets, df.height)
+    tasks = min(tasks, buckets)
+    seen = []
+    for t in range(tasks):
+        first, last = bucket_range(t, tasks, buckets)
+        piece = ref.piece(first, last)
+        if piece is None:
+            continue
+        frames = decode_piece(memoryview(data)[piece.start : piece.end], piece)
+        for f in frames:
+            assert set(hash_buckets(f, ["k"], buckets).tolist()) <= set(range(first, last))
+        seen += [f for f in frames]
+    got = pl.concat(seen) if seen else df.head(0)
+    assert sorted(got["k"].to_list()) == sorted(values)
+    assert got.schema == df.schema
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 5)), st.integers(0, 3)), min_size=1, max_size=80), st.booleans(), st.booleans(), st.integers(1, 6))
+def test_range_buckets_follow_the_sort_order(rows: list, desc: bool, nulls_last: bool, parts: int) -> None:
+    df = pl.DataFrame(rows, schema={"a": pl.Int64, "b": pl.Int64}, orient="row")
+    by = [pl.col("a"), pl.col("b")]
+    flags = [desc, False]
+    keys = sort_keys(df, by).sort(["__k0", "__k1"], descending=flags, nulls_last=nulls_last)
+    splitters = keys[sorted({min(keys.height - 1, i * keys.height // parts) for i in range(1, parts)})]
+    bucket = range_buckets(df, by, flags, nulls_last, splitters)
+    ordered = df.with_columns(pl.Series("bucket", bucket)).sort(["a", "b"], descending=flags, nulls_last=nulls_last, maintain_order=True)
+    # concatenating the buckets in order, each sorted, gives the global order
+    per_bucket = ordered.sort("bucket", maintain_order=True)
+    assert per_bucket.select("a", "b").equals(ordered.select("a", "b"))
+    assert bucket.min() >= 0 and bucket.max() <= splitters.height
+
+
+def test_join_and_project_schemas() -> None:
+    orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
+    j = orders.join(customer, left_on="o_custkey", right_on="c_custkey")
+    assert "c_custkey" not in j.columns and "c_comment" in j.columns
+    assert orders.join(customer, left_on="o_custkey", right_on="c_custkey", how="semi").columns == list(ORDERS)
+    p = orders.select((col("o_price") * 2).alias("x"), "o_date")
+    assert dict(p.schema) == {"x": pl.Float64, "o_date": pl.Date}
+    assert isinstance(p._node, Project) and isinstance(j._node, Join)
+    with pytest.raises(ConfigError):
+        Piece("k", 0, 1, (0, 1)) and orders.group_by("o_custkey").agg(col("o_price").sum(), col("o_price").sum())

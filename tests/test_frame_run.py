@@ -1,0 +1,291 @@
+"""The lazy frame API run on real workers, every result compared with DuckDB on the same files."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+import croupier.frame as cf
+from croupier.config import Config
+from croupier.dag.operators import AggSpec, Aggregate, Filter
+from croupier.dag.runner import run_job
+from croupier.dag.scan import ScanSpec
+from croupier.dag.stage import HashSink, ScanInput, Stage, StageInput
+from croupier.errors import ConfigError, CroupierError, InputError, OutputExistsError
+from croupier.examples.tpc import compare
+from croupier.frame import col, count, lit, when
+from croupier.storage import open_store
+
+from .conftest import leftover_tmp
+
+N = 20_000
+
+
+def _table(seed: int, n: int = N) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, 50, n)
+    return pl.DataFrame(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "k": k.astype(np.int32),
+            "k2": rng.integers(0, 3, n),
+            "x": rng.normal(100, 30, n),
+            "q": rng.integers(1, 50, n),
+            "s": [f"{w}-{i % 97}" for i, w in zip(range(n), rng.choice(["apple", "PROMO brass", "banana", "steel"], n))],
+            "d": [date(1994, 1, 1) + timedelta(days=int(v)) for v in rng.integers(0, 1500, n)],
+            "maybe": pl.Series([None if v % 7 == 0 else float(v) for v in range(n)], dtype=pl.Float64),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """facts: 3 Parquet files (row groups of 2,000 rows, sorted by id); dims: one small file; a CSV."""
+    root = tmp_path_factory.mktemp("frame-data")
+    facts = _table(1)
+    (root / "facts").mkdir()
+    for i, part in enumerate(facts.iter_slices(N // 3 + 1)):
+        pq.write_table(part.to_arrow(), root / "facts" / f"part-{i}.parquet", row_group_size=2_000)
+    dims = pl.DataFrame({"k": np.arange(0, 60, dtype=np.int64), "k2": np.arange(60) % 3, "name": [f"dim{i}" for i in range(60)], "x": np.arange(60) * 1.5})
+    pq.write_table(dims.to_arrow(), root / "dims.parquet")
+    facts.select("id", "k", "x", "s", "d").write_csv(root / "facts.csv")
+    return {"facts": root / "facts", "dims": root / "dims.parquet", "csv": root / "facts.csv", "root": root}
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(concurrency=2, tmp_url=(tmp_path / "tmp").as_uri(), progress=False)
+
+
+def _duck(sql: str, data: dict[str, Path]):  # type: ignore[no-untyped-def]
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW facts AS SELECT * FROM read_parquet('{data['facts']}/*.parquet')")
+    con.execute(f"CREATE VIEW dims AS SELECT * FROM read_parquet('{data['dims']}')")
+    return con.execute(sql).to_arrow_table()
+
+
+def _same(frame: cf.LazyFrame, sql: str, data: dict[str, Path], ordered: bool = True) -> pl.DataFrame:
+    got = frame.collect()
+    expected = _duck(sql, data)
+    if not ordered:
+        got = got.sort(got.columns, nulls_last=True)
+        exp = pl.from_arrow(expected)
+        expected = exp.sort(exp.columns, nulls_last=True).to_arrow()  # type: ignore[union-attr]
+    problems = compare(got, expected)
+    assert not problems, problems
+    return got
+
+
+def _facts(data: dict[str, Path], config: Config) -> cf.LazyFrame:
+    return cf.scan_parquet(data["facts"], config=config)
+
+
+def test_filter_select_expressions(data: dict[str, Path], config: Config) -> None:
+    q = (
+        _facts(data, config)
+        .filter((col("d") >= date(1995, 1, 1)) & col("s").str.like("%brass%") & ~col("k").is_in([1, 2, 3]))
+        .with_columns((col("x") * (1 - col("q") / 100)).alias("net"), col("d").dt.year().alias("year"))
+        .select(
+            "id",
+            "net",
+            "year",
+            col("s").str.substr(1, 5).alias("head"),
+            when(col("maybe").is_null()).then(lit("none")).when(col("q") > 25).then(lit("big")).otherwise(lit("small")).alias("size"),
+            col("k").cast("int64").alias("k64"),
+            col("s").str.starts_with("PROMO").alias("promo"),
+        )
+        .sort("id")
+    )
+    _same(
+        q,
+        """SELECT id, x * (1 - q / 100) AS net, year(d) AS year, substr(s, 1, 5) AS head,
+                  CASE WHEN maybe IS NULL THEN 'none' WHEN q > 25 THEN 'big' ELSE 'small' END AS size,
+                  CAST(k AS BIGINT) AS k64, starts_with(s, 'PROMO') AS promo
+           FROM facts WHERE d >= DATE '1995-01-01' AND s LIKE '%brass%' AND k NOT IN (1, 2, 3) ORDER BY id""",
+        data,
+    )
+
+
+def test_group_by_every_aggregation(data: dict[str, Path], config: Config) -> None:
+    q = (
+        _facts(data, config)
+        .group_by("k", (col("q") > 25).alias("high"))
+        .agg(
+            col("x").sum().alias("sx"),
+            col("maybe").count().alias("nm"),
+            col("x").mean().alias("mx"),
+            col("d").min().alias("first"),
+            col("s").max().alias("last"),
+            col("s").n_unique().alias("distinct_s"),
+            count().alias("n"),
+        )
+        .sort("k", "high")
+    )
+    _same(
+        q,
+        """SELECT k, q > 25 AS high, sum(x) AS sx, count(maybe) AS nm, avg(x) AS mx, min(d) AS first,
+                  max(s) AS last, count(DISTINCT s) AS distinct_s, count(*) AS n
+           FROM facts GROUP BY k, q > 25 ORDER BY k, high""",
+        data,
+    )
+
+
+def test_global_aggregation_and_distinct(data: dict[str, Path], config: Config) -> None:
+    _same(_facts(data, config).group_by().agg(col("x").sum().alias("s"), count().alias("n")), "SELECT sum(x), count(*) FROM facts", data)
+    _same(_facts(data, config).select("k2", "k").unique().sort("k2", "k"), "SELECT DISTINCT k2, k FROM facts ORDER BY k2, k", data)
+
+
+@pytest.mark.parametrize("broadcast_limit", [64 << 20, 0], ids=["broadcast", "shuffle"])
+@pytest.mark.parametrize(
+    "how, sql",
+    [
+        ("inner", "SELECT f.id, f.k, f.x, d.name, d.x AS x_right FROM facts f JOIN dims d ON f.k = d.k AND f.k2 = d.k2"),
+        ("left", "SELECT f.id, f.k, f.x, d.name, d.x AS x_right FROM facts f LEFT JOIN dims d ON f.k = d.k AND f.k2 = d.k2"),
+        ("semi", "SELECT f.id, f.k, f.x FROM facts f SEMI JOIN dims d ON f.k = d.k AND f.k2 = d.k2"),
+        ("anti", "SELECT f.id, f.k, f.x FROM facts f ANTI JOIN dims d ON f.k = d.k AND f.k2 = d.k2"),
+    ],
+)
+def test_joins_on_two_keys(data: dict[str, Path], config: Config, how: str, sql: str, broadcast_limit: int) -> None:
+    config = config.with_(broadcast_limit=broadcast_limit)
+    dims = cf.scan_parquet(data["dims"], config=config).select("k", "k2", "name", "x").filter(col("k") < 40)
+    q = _facts(data, config).select("id", "k", "k2", "x").join(dims, on=["k", "k2"], how=how)
+    cols = ["id", "k", "x"] + (["name", "x_right"] if how in ("inner", "left") else [])
+    final = q.select(cols).sort("id")
+    _same(final, sql.replace("dims d", "(SELECT * FROM dims WHERE k < 40) d") + " ORDER BY f.id", data)
+    assert final.last_run is not None
+    strategy = "broadcast join" if broadcast_limit else "shuffle hash join"
+    assert any(strategy in note for note in final.last_run.notes), final.last_run.notes
+
+
+@pytest.mark.parametrize("gather_limit", [256 << 20, 0], ids=["one-task", "range"])
+def test_sort_several_keys_with_nulls_head_and_top_k(data: dict[str, Path], config: Config, gather_limit: int) -> None:
+    config = config.with_(gather_limit=gather_limit)
+    facts = _facts(data, config).select("id", "k2", "maybe", "x")
+    _same(
+        facts.sort("k2", "maybe", "id", descending=[True, False, True], nulls_last=True),
+        "SELECT id, k2, maybe, x FROM facts ORDER BY k2 DESC, maybe ASC NULLS LAST, id DESC",
+        data,
+    )
+    _same(facts.top_k(7, by="x"), "SELECT id, k2, maybe, x FROM facts ORDER BY x DESC LIMIT 7", data)
+    got = facts.filter(col("k2") == 1).head(11).collect()
+    assert got.height == 11 and set(got["k2"].to_list()) == {1}
+
+
+def test_range_sort_runs_over_several_tasks(data: dict[str, Path], config: Config) -> None:
+    q = _facts(data, config.with_(gather_limit=0)).select("id", "x").sort("x")
+    _same(q, "SELECT id, x FROM facts ORDER BY x", data)
+    assert q.last_run is not None
+    assert any("range exchange over" in n for n in q.last_run.notes)
+    range_stage = [o for o in q.last_run.outputs if o.stage.name.endswith("final")][0]
+    assert range_stage.tasks >= 2
+
+
+def test_pruning_and_column_chunk_reads(config: Config, tmp_path: Path) -> None:
+    n = 200_000
+    wide = pl.DataFrame({"id": np.arange(n), "x": np.random.default_rng(3).normal(size=n), "pad": [f"{i:0>60}" for i in range(n)]})
+    path = tmp_path / "wide.parquet"
+    pq.write_table(wide.to_arrow(), path, row_group_size=20_000)
+    q = cf.scan_parquet(path, config=config).filter(col("id") < 30_000).select("id").sort("id")
+    assert q.collect()["id"].to_list() == list(range(30_000))
+    run = q.last_run
+    assert run is not None
+    scan = [o for o in run.outputs if o.scan][0]
+    assert scan.scan["row_groups"] == 10 and scan.scan["row_groups"] - scan.scan["row_groups_pruned"] == 2
+    # only the id chunks of the two kept row groups (and the footer) are fetched, with ranged GETs
+    stage = [s for s in run.report.stages if s.name == scan.stage.name][0]  # type: ignore[union-attr]
+    assert set(stage.io.kinds) == {"GET_RANGE", "PUT"}
+    assert stage.io.bytes_read < path.stat().st_size / 10
+
+
+def test_csv_scan_in_line_aligned_splits(data: dict[str, Path], config: Config) -> None:
+    frame = cf.scan_csv(data["csv"], config=config)
+    assert frame.columns == ["id", "k", "x", "s", "d"]
+    got = frame.group_by("k").agg(count().alias("n"), col("x").sum().alias("sx")).sort("k").collect()
+    exp = _duck("SELECT k, count(*) AS n, sum(x) AS sx FROM facts GROUP BY k ORDER BY k", data)
+    assert not compare(got.with_columns(pl.col("k").cast(pl.Int32)), exp)
+    assert frame.select("id").collect()["id"].sort().to_list() == list(range(N))
+
+
+def test_csv_split_boundaries_never_lose_or_repeat_lines(tmp_path: Path, config: Config) -> None:
+    from croupier.dag.scan import _read_csv, byte_splits, resolve
+
+    lines = ["a,b"] + [f"{i},{'x' * (i % 13)}" for i in range(500)]
+    (tmp_path / "t.csv").write_text("\n".join(lines))  # no final newline
+    base, objects = resolve((tmp_path / "t.csv").as_uri(), lambda u: open_store(u, config))
+    store = open_store(base, config)
+    schema = pl.Schema({"a": pl.Int64, "b": pl.String})
+    for target in (1, 7, 64, 1000, 10_000):
+        frames = [_read_csv(store, ScanSpec("x", "csv"), s, schema) for s in byte_splits(base, objects, target)]
+        assert pl.concat(frames)["a"].to_list() == list(range(500)), target
+
+
+def test_sink_parquet_writes_ordered_parts_and_commits(data: dict[str, Path], config: Config, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    q = _facts(data, config).filter(col("k") < 10).select("id", "k", "x").sort("id")
+    files = q.sink_parquet(out, max_rows_per_file=1_000)
+    assert (out / "_SUCCESS").exists()
+    assert len(files) == len(list(out.glob("part-*.parquet"))) >= 2
+    back = pl.read_parquet(sorted(out.glob("part-*.parquet")))
+    assert back.equals(q.collect())
+    with pytest.raises(OutputExistsError):
+        q.sink_parquet(out)
+    assert q.sink_parquet(out, overwrite=True)
+    assert leftover_tmp(config.tmp_url, config) == []  # type: ignore[arg-type]
+
+
+def test_collect_kinds_and_globs(data: dict[str, Path], config: Config) -> None:
+    glob = cf.scan_parquet(f"{data['facts']}/part-[01].parquet", config=config)
+    arrow = glob.select("id").collect(kind="arrow")
+    assert arrow.num_rows == 2 * (N // 3 + 1)
+    pandas = cf.scan_parquet(data["dims"], config=config).collect(kind="pandas")
+    assert list(pandas.columns) == ["k", "k2", "name", "x"] and len(pandas) == 60
+
+
+def test_bad_input_names_the_file_and_leaves_nothing(data: dict[str, Path], config: Config, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no input objects"):
+        cf.scan_parquet(tmp_path / "missing", config=config)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.parquet").write_bytes((data["dims"]).read_bytes())
+    (bad / "b.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(CroupierError, match="b.parquet"):
+        cf.scan_parquet(bad, config=config).collect()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.parquet").write_bytes(data["dims"].read_bytes())
+    pq.write_table(pl.DataFrame({"k": ["text"], "k2": [1], "name": ["n"], "x": [1.0]}).to_arrow(), other / "b.parquet")
+    with pytest.raises(CroupierError, match="b.parquet.*schemas differ"):
+        cf.scan_parquet(other, config=config).collect()
+    badcsv = tmp_path / "bad.csv"
+    badcsv.write_text("a,b\n" + "".join(f"{i},{i}\n" for i in range(20_000)) + "3,x\n")  # past schema inference
+    with pytest.raises(CroupierError, match="(?i)bad.csv bytes .*cannot read as csv"):
+        cf.scan_csv(badcsv, config=config).with_columns(col("a") + 1).filter(col("b") > 0).collect()
+    with pytest.raises(ConfigError, match="filter"):
+        cf.scan_csv(badcsv, config=config).filter(col("b") > "text")
+    assert leftover_tmp(config.tmp_url, config) == []  # type: ignore[arg-type]
+
+
+def test_low_level_job_api(data: dict[str, Path], config: Config) -> None:
+    scan = Stage(
+        "scan",
+        ScanInput(ScanSpec(data["facts"].as_uri(), "parquet", columns=("k", "q"))),
+        ops=(Filter(col("q") > 10), Aggregate(("k",), (AggSpec("sum", "q", "q"), AggSpec("len", None, "n")))),
+        sink=HashSink(("k",)),
+    )
+    final = Stage("final", StageInput(scan), ops=(Aggregate(("k",), (AggSpec("sum", "q", "q"), AggSpec("sum", "n", "n"))),), workers=3)
+    result = run_job([final], config)
+    got = result.frames[0].sort("k")  # type: ignore[union-attr]
+    exp = _duck("SELECT k, sum(q) AS q, count(*) AS n FROM facts WHERE q > 10 GROUP BY k ORDER BY k", data)
+    assert not compare(got, exp)
+    assert result.outputs[0].tasks == 3
+    # every final task reads its bucket range from each scan object with at most one ranged GET
+    stages = {s.name: s for s in result.report.stages}
+    reads = stages["final"].exchange.kinds["GET_RANGE"].requests
+    assert 0 < reads <= stages["scan"].tasks * result.outputs[0].tasks
+    assert leftover_tmp(config.tmp_url, config) == []  # type: ignore[arg-type]
