@@ -108,8 +108,9 @@ class Config:
     profile:             storage profile (file or shipped name) the selector uses; None: the shipped
                          profile for the store kind (local, seaweedfs-loopback, aws-s3)
     max_workers:         largest P the selector may choose; None: from the profile
-    broadcast_limit:     queries: a join whose build side measures at most this many bytes at run
-                         time is a broadcast join (no shuffle of the other side)
+    broadcast_limit:     queries: a join is a broadcast join (no shuffle of the probe side) when its
+                         build side, measured at run time, times the probe side's tasks (each
+                         reads all of it) is at most this many bytes; else a shuffle hash join
     gather_limit:        queries: a sort whose input measures at most this many bytes runs in one
                          task; above it, sampled range partitioning over P tasks
     exchange_buckets:    queries: hash buckets each exchange writes; the consumer's P (chosen at

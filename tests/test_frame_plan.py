@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from croupier.dag.exchange import ObjectRef, Piece, bucket_range, decode_piece, encode_buckets, hash_buckets, range_buckets, sort_keys
+from croupier.dag.exchange import ObjectRef, bucket_range, decode_piece, encode_buckets, hash_buckets, range_buckets, sort_keys
 from croupier.dag.operators import run_pipeline
 from croupier.dag.scan import ScanSpec
 from croupier.errors import ConfigError
@@ -134,23 +134,25 @@ def test_hash_buckets_agree_across_integer_widths() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 1000), max_size=200), st.integers(1, 9), st.integers(1, 9))
-def test_buckets_round_trip_and_ranges_cover_all(values: list[int], buckets: int, tasks: int) -> None:
+@given(st.lists(st.integers(0, 1000), max_size=200), st.integers(1, 9), st.integers(1, 9), st.sampled_from(["uncompressed", "lz4", "zstd"]))
+def test_buckets_round_trip_and_ranges_cover_all(values: list[int], buckets: int, tasks: int, compression: str) -> None:
     df = pl.DataFrame({"k": values, "s": [str(v) for v in values]}, schema={"k": pl.Int64, "s": pl.String})
     bucket = hash_buckets(df, ["k"], buckets)
-    data, offsets = encode_buckets(df, bucket, buckets, "uncompressed")
-    ref = ObjectRef("obj", len(data), offsets, df.height)
+    data, offsets, header = encode_buckets(df, bucket, buckets, compression)
+    ref = ObjectRef("obj", len(data), offsets, df.height, header)
     tasks = min(tasks, buckets)
     seen = []
     for t in range(tasks):
         first, last = bucket_range(t, tasks, buckets)
         piece = ref.piece(first, last)
         if piece is None:
+            assert (bucket < first).sum() + (bucket >= last).sum() == df.height
             continue
-        frames = decode_piece(memoryview(data)[piece.start : piece.end], piece)
-        for f in frames:
-            assert set(hash_buckets(f, ["k"], buckets).tolist()) <= set(range(first, last))
-        seen += [f for f in frames]
+        f = pl.from_arrow(decode_piece(memoryview(data)[piece.start : piece.end], piece))
+        assert isinstance(f, pl.DataFrame)
+        assert set(hash_buckets(f, ["k"], buckets).tolist()) <= set(range(first, last))
+        assert f.height == ((bucket >= first) & (bucket < last)).sum()
+        seen.append(f)
     got = pl.concat(seen) if seen else df.head(0)
     assert sorted(got["k"].to_list()) == sorted(values)
     assert got.schema == df.schema
@@ -180,5 +182,14 @@ def test_join_and_project_schemas() -> None:
     p = orders.select((col("o_price") * 2).alias("x"), "o_date")
     assert dict(p.schema) == {"x": pl.Float64, "o_date": pl.Date}
     assert isinstance(p._node, Project) and isinstance(j._node, Join)
-    with pytest.raises(ConfigError):
-        Piece("k", 0, 1, (0, 1)) and orders.group_by("o_custkey").agg(col("o_price").sum(), col("o_price").sum())
+    with pytest.raises(ConfigError, match="unique"):
+        orders.group_by("o_custkey").agg(col("o_price").sum(), col("o_price").sum())
+
+
+def test_projection_pushdown_keeps_suffixed_names() -> None:
+    """Dropping the left 'o_price' would make the right one lose its '_right' suffix."""
+    orders = _frame("orders", ORDERS)
+    prices = _frame("prices", pl.Schema({"key": pl.Int64, "o_price": pl.Float64}))
+    q = orders.join(prices, left_on="o_orderkey", right_on="key").select("o_orderkey", "o_price_right")
+    plan = optimize(q._node)
+    assert list(plan.schema) == ["o_orderkey", "o_price_right"]

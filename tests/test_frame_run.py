@@ -289,3 +289,37 @@ def test_low_level_job_api(data: dict[str, Path], config: Config) -> None:
     reads = stages["final"].exchange.kinds["GET_RANGE"].requests
     assert 0 < reads <= stages["scan"].tasks * result.outputs[0].tasks
     assert leftover_tmp(config.tmp_url, config) == []  # type: ignore[arg-type]
+
+
+def test_to_polars_runs_the_same_query_locally(data: dict[str, Path], config: Config) -> None:
+    dims = cf.scan_parquet(data["dims"], config=config)
+    q = (
+        _facts(data, config)
+        .filter(col("q") > 5)
+        .join(dims.select("k", "name"), on="k")
+        .group_by("name")
+        .agg(col("x").sum().alias("sx"), count().alias("n"))
+        .sort("sx", descending=True)
+        .head(5)
+    )
+    mine, theirs = q.collect(), q.to_polars().collect()
+    assert not compare(mine, theirs.to_arrow())
+
+
+def test_independent_stages_share_one_executor_batch(data: dict[str, Path], config: Config) -> None:
+    """The two build sides of a three-way join are independent: they run in the same batch."""
+    from croupier.compute import LocalExecutor
+
+    class Counting(LocalExecutor):
+        batches: list[set[str]] = []
+
+        def map(self, tasks, config=None, on_done=None):  # type: ignore[no-untyped-def]
+            self.batches.append({t.id.rsplit("-", 1)[0] for t in tasks})
+            return super().map(tasks, config, on_done)
+
+    dims = cf.scan_parquet(data["dims"], config=config)
+    q = _facts(data, config).join(dims.select("k", "name"), on="k").join(dims.select(col("k2").alias("kk"), "x"), left_on="k2", right_on="kk")
+    with Counting(config) as executor:
+        q.select("id", "name", "x_right").sort("id").collect(executor=executor)
+    builds = [b for b in Counting.batches if any("build" in s for s in b)]
+    assert any(sum("build" in s for s in b) == 2 for b in builds), Counting.batches

@@ -1,9 +1,11 @@
 """Exchange objects of query stages: one object per task, cut into buckets.
 
-A producing task writes ONE object (write combining): its rows grouped by bucket, each bucket a
-complete Arrow IPC stream, back to back; it returns the B+1 bucket offsets to the driver. A
-consuming task that owns buckets [a, b) reads them from each producer with ONE ranged GET of
-``offsets[a]:offsets[b]`` (skipped when empty). Because P is chosen after the producers finished
+A producing task writes ONE object (write combining): an Arrow IPC stream whose record batches
+are its rows grouped by bucket, in bucket order; it returns the B+1 bucket offsets and the stream's
+schema message to the driver. A consuming task that owns buckets [a, b) reads them from each
+producer with ONE ranged GET of ``offsets[a]:offsets[b]`` (skipped when empty) and decodes those
+batches with the schema it was handed, so a piece costs one request and one decode however many
+buckets it spans. Because P is chosen after the producers finished
 (late binding, from the bytes they report), any P <= B works without rewriting anything.
 
 Buckets come from a hash of the key columns (hash exchange) or from sampled splitters in sort
@@ -12,13 +14,13 @@ order (range exchange); a plain exchange is one bucket.
 
 from __future__ import annotations
 
-import io
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from croupier.storage import Store
 
@@ -31,28 +33,29 @@ _SEED = 0x5EED
 
 @dataclass(frozen=True)
 class Piece:
-    """Bytes [start, end) of object ``key``, holding buckets whose stream ends are ``cuts``."""
+    """Bytes [start, end) of object ``key``: whole record batches of the stream with schema ``header``."""
 
     key: str
     start: int
     end: int
-    cuts: tuple[int, ...]
+    header: bytes
 
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """What a producing task wrote: its object (None if it wrote no rows), offsets and rows."""
+    """What a producing task wrote: its object (None if it wrote no rows), offsets, schema and rows."""
 
     key: str | None
     size: int
     offsets: tuple[int, ...]
     rows: int
+    header: bytes = b""
 
     def piece(self, first: int, last: int) -> Piece | None:
         """The piece holding buckets [first, last), or None when they are empty."""
         if self.key is None or self.offsets[first] == self.offsets[last]:
             return None
-        return Piece(self.key, self.offsets[first], self.offsets[last], tuple(self.offsets[first : last + 1]))
+        return Piece(self.key, self.offsets[first], self.offsets[last], self.header)
 
 
 def bucket_range(task: int, tasks: int, buckets: int) -> tuple[int, int]:
@@ -107,58 +110,64 @@ def range_buckets(df: pl.DataFrame, by: Sequence[pl.Expr], descending: Sequence[
     return ordered.sort("__row")["__bucket"].to_numpy()
 
 
-def encode_buckets(df: pl.DataFrame, bucket: np.ndarray, buckets: int, compression: str) -> tuple[bytes, tuple[int, ...]]:
-    """Rows grouped by bucket as back-to-back IPC streams, and the B+1 offsets."""
-    out = io.BytesIO()
-    offsets = [0]
-    if buckets == 1:
-        if df.height:
-            df.write_ipc_stream(out, compression=compression)  # type: ignore[arg-type]
-        return out.getvalue(), (0, out.tell())
-    order = np.argsort(bucket, kind="stable")
-    sorted_df = df[order] if df.height else df
-    counts = np.bincount(bucket, minlength=buckets)
-    start = 0
-    for b in range(buckets):
-        n = int(counts[b])
-        if n:
-            sorted_df.slice(start, n).write_ipc_stream(out, compression=compression)  # type: ignore[arg-type]
-            start += n
-        offsets.append(out.tell())
-    return out.getvalue(), tuple(offsets)
+def encode_buckets(df: pl.DataFrame, bucket: np.ndarray, buckets: int, compression: str) -> tuple[bytes, tuple[int, ...], bytes]:
+    """One IPC stream of ``df``'s rows in bucket order (a batch run per bucket); the B+1 offsets of
+    the bucket boundaries in it; and its schema message."""
+    if buckets > 1 and df.height:
+        df = df[np.argsort(bucket, kind="stable")]
+    counts = np.bincount(bucket, minlength=buckets) if df.height else np.zeros(buckets, dtype=np.int64)
+    table = df.to_arrow()
+    header = table.schema.serialize().to_pybytes()
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=None if compression == "uncompressed" else compression)
+    offsets = [len(header)]
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        start = 0
+        for b in range(buckets):
+            n = int(counts[b])
+            if n:
+                writer.write_table(table.slice(start, n))
+                start += n
+            offsets.append(sink.tell() if start else len(header))
+    data = sink.getvalue().to_pybytes()
+    if data[: len(header)] != header:  # pragma: no cover - pyarrow guarantees the layout
+        raise RuntimeError("IPC stream does not start with its schema message; cannot cut buckets")
+    return data, tuple(offsets), header
 
 
 def write_buckets(store: Store, key: str, df: pl.DataFrame, bucket: np.ndarray, buckets: int, compression: str) -> ObjectRef:
     """Write ``df`` cut into buckets as one object; nothing is written when ``df`` is empty."""
     if df.height == 0:
         return ObjectRef(None, 0, (0,) * (buckets + 1), 0)
-    data, offsets = encode_buckets(df, bucket, buckets, compression)
+    data, offsets, header = encode_buckets(df, bucket, buckets, compression)
     store.put(key, data)
-    return ObjectRef(key, len(data), offsets, df.height)
+    return ObjectRef(key, len(data), offsets, df.height, header)
 
 
-def decode_piece(data: memoryview, piece: Piece) -> list[pl.DataFrame]:
-    """The non-empty bucket streams inside one fetched piece."""
-    frames = []
-    for lo, hi in zip(piece.cuts, piece.cuts[1:]):
-        if hi > lo:
-            frames.append(pl.read_ipc_stream(io.BytesIO(data[lo - piece.start : hi - piece.start])))
-    return frames
+def decode_piece(data: memoryview | bytes, piece: Piece, schemas: dict[bytes, pa.Schema] | None = None) -> pa.Table:
+    """The record batches of one fetched piece, as a table."""
+    schemas = {} if schemas is None else schemas
+    schema = schemas.get(piece.header)
+    if schema is None:
+        schema = schemas[piece.header] = pa.ipc.read_schema(pa.py_buffer(piece.header))
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(data)))
+    return pa.Table.from_batches([pa.ipc.read_record_batch(message, schema) for message in reader], schema)
 
 
 def read_pieces(store: Store, pieces: Sequence[Piece], schema: pl.Schema) -> pl.DataFrame:
     """Fetch ``pieces`` (several GETs in flight) and concatenate them in order."""
     if not pieces:
         return pl.DataFrame(schema=schema)
+    schemas: dict[bytes, pa.Schema] = {}
 
-    def fetch(piece: Piece) -> list[pl.DataFrame]:
-        return decode_piece(memoryview(store.get_range(piece.key, piece.start, piece.end)), piece)
+    def fetch(piece: Piece) -> pa.Table:
+        return decode_piece(memoryview(store.get_range(piece.key, piece.start, piece.end)), piece, schemas)
 
     if len(pieces) == 1:
-        frames = fetch(pieces[0])
+        tables = [fetch(pieces[0])]
     else:
         with ThreadPoolExecutor(min(READ_FANOUT, len(pieces))) as pool:
-            frames = [f for fs in pool.map(fetch, pieces) for f in fs]
-    if not frames:
-        return pl.DataFrame(schema=schema)
-    return pl.concat(frames, how="vertical", rechunk=False)
+            tables = list(pool.map(fetch, pieces))
+    df = pl.from_arrow(pa.concat_tables(tables))
+    assert isinstance(df, pl.DataFrame)
+    return df

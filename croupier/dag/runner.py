@@ -143,6 +143,7 @@ class DagRunner:
         self._batcher = _Batcher(run)
         self._lock = threading.Lock()
         self._profile: Any = None
+        self._split_cache: dict[int, tuple[ScanSpec, tuple[list[Any], dict[str, int]]]] = {}
 
     # --- public ---------------------------------------------------------------------------
     def submit(self, stage: Stage) -> Future[StageOutput]:
@@ -279,7 +280,26 @@ class DagRunner:
         out.how = f"selector: {format_bytes(nbytes)} measured -> direct+wc exchange, P={p} ({choice.best.seconds:.3f} s predicted, dominated by {d.name})"
         return p
 
+    def estimate_tasks(self, source: ScanInput | StageInput) -> int:
+        """How many tasks a stage reading ``source`` will run (scans: exact; exchanges: a guess)."""
+        if isinstance(source, ScanInput):
+            return len(self._splits(source.spec)[0])
+        if source.mode == "all":
+            return 1
+        return self.config.concurrency
+
     def _splits(self, spec: ScanSpec) -> tuple[list[Any], dict[str, int]]:
+        """The splits of a scan (cached: the compiler may ask before the stage runs)."""
+        with self._lock:
+            cached = self._split_cache.get(id(spec))
+        if cached is not None:
+            return cached[1]
+        splits = self._plan_splits(spec)
+        with self._lock:
+            self._split_cache[id(spec)] = (spec, splits)
+        return splits
+
+    def _plan_splits(self, spec: ScanSpec) -> tuple[list[Any], dict[str, int]]:
         base, objects = resolve(spec.url, self.run.store)
         total = sum(o.size for o in objects)
         parts = SPLITS_PER_FUNCTION * self.config.concurrency

@@ -28,7 +28,7 @@ import polars as pl
 from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
-from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec
+from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, resolve
 from croupier.dag.stage import ParquetSink, PlainSink
 from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr, wrap
@@ -211,6 +211,11 @@ class LazyFrame:
 
     distinct = unique
 
+    def to_polars(self) -> pl.LazyFrame:
+        """The same query as a Polars LazyFrame on this machine (local files only): for debugging,
+        for small data, and as a peer in benchmarks."""
+        return _polars(self._node)
+
     # --- plans -----------------------------------------------------------------------------------
     def optimized_plan(self) -> Node:
         return optimize(self._node)
@@ -311,6 +316,46 @@ class LazyFrame:
         finally:
             store.close()
         return [posixpath.join(url, f) for f in files]
+
+
+def _polars(node: Node) -> pl.LazyFrame:
+    """Translate a logical plan node by node into Polars' lazy API."""
+    if isinstance(node, Scan):
+        if split_url(node.spec.url)[0] != "file":
+            raise ConfigError(f"to_polars() reads local files only, not {node.spec.url}")
+        if node.spec.format == "gensort":
+            raise ConfigError("to_polars() cannot read gensort files")
+        base, objects = resolve(node.spec.url, _Stores(Config()).store)
+        files = [str(Path(split_url(base)[2]) / o.key) for o in objects]
+        csv = node.spec.csv
+        scan = pl.scan_parquet(files) if node.spec.format == "parquet" else pl.scan_csv(files, separator=csv.separator, has_header=csv.has_header)
+        if node.spec.predicate is not None:
+            scan = scan.filter(node.spec.predicate.to_polars())
+        return scan.select(list(node.schema))
+    if isinstance(node, Filter):
+        return _polars(node.input).filter(node.predicate.to_polars())
+    if isinstance(node, Project):
+        exprs = [e.to_polars() for e in node.exprs]
+        child = _polars(node.input)
+        return child.select(exprs) if node.kind == "select" else child.with_columns(exprs)
+    if isinstance(node, Aggregate):
+        child = _polars(node.input)
+        aggs = [a.to_polars() for a in node.aggs]
+        keys = [k.to_polars() for k in node.keys]
+        if not keys:
+            return child.select(aggs)
+        if not aggs:
+            return child.select(keys).unique(maintain_order=True)
+        return child.group_by(keys, maintain_order=True).agg(aggs)
+    if isinstance(node, Join):
+        return _polars(node.left).join(_polars(node.right), left_on=list(node.left_on), right_on=list(node.right_on), how=node.how, suffix=node.suffix)  # type: ignore[arg-type]
+    if isinstance(node, Sort):
+        return _polars(node.input).sort([e.to_polars() for e in node.by], descending=list(node.descending), nulls_last=node.nulls_last, maintain_order=True)
+    if isinstance(node, Limit):
+        return _polars(node.input).head(node.n)
+    if isinstance(node, Distinct):
+        return _polars(node.input).unique(maintain_order=True)
+    raise ConfigError(f"to_polars() cannot translate {node.label()}")
 
 
 def _walk(node: Node) -> Iterable[Node]:

@@ -113,6 +113,9 @@ def push_projections(node: Node, needed: set[str]) -> Node:
             right_need = set(node.right_on)
         else:
             right_need = {c for c in node.right.schema if c in needed or c + node.suffix in needed} | set(node.right_on)
+            # a kept right column whose name the left side also has is renamed with the suffix only
+            # while the left one exists: keep the left one so names do not change
+            left_need |= {c for c in right_need if c in node.left.schema and c not in node.right_on}
         return Join(push_projections(node.left, left_need), push_projections(node.right, right_need), node.left_on, node.right_on, node.how, node.suffix)
     if isinstance(node, Sort):
         below = needed | set().union(*(e.columns() for e in node.by))

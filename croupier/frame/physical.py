@@ -131,15 +131,19 @@ class Compiler:
         side = build.name
         op = node.operator(side)
         limit = self.config.broadcast_limit
-        if out is not None and out.bytes <= limit:
-            self.notes.append(f"{node.label()}: build side {build.name} measured {format_bytes(out.bytes)} <= {format_bytes(limit)} -> broadcast join")
-            probe.sides[side] = StageInput(build, "all")
-            probe.ops.append(op)
-            return probe
-        if out is None:
-            self.notes.append(f"{node.label()}: broadcast if build side {build.name} measures <= {format_bytes(limit)} at run time, else shuffle (shown)")
+        if out is not None:
+            assert self.runner is not None
+            tasks = self.runner.estimate_tasks(probe.source)
+            traffic = out.bytes * tasks
+            sizes = f"build side {build.name} measured {format_bytes(out.bytes)} x {tasks} probe task(s) = {format_bytes(traffic)}"
+            if traffic <= limit:
+                self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
+                probe.sides[side] = StageInput(build, "all")
+                probe.ops.append(op)
+                return probe
+            self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)} -> shuffle hash join")
         else:
-            self.notes.append(f"{node.label()}: build side {build.name} measured {format_bytes(out.bytes)} > {format_bytes(limit)} -> shuffle hash join")
+            self.notes.append(f"{node.label()}: broadcast if build side {build.name} x probe tasks measures <= {format_bytes(limit)} at run time, else shuffle (shown)")
         probe_stage = self.stage(probe, HashSink(node.left_on), "probe")
         return Pipeline(StageInput(probe_stage, "partition"), [op], {side: StageInput(build, "partition")})
 
