@@ -73,8 +73,8 @@ def run(args: argparse.Namespace, config: Config, root: str | None, data: Path) 
                 TPCH[6](mine).collect(executor=executor)  # start the workers before timing
             for number, query in queries.items():
                 d_time, expected = best(duck(kind, number, paths), args.repeat)
-                c_time, got = best(lambda: query(mine).collect(executor=executor), args.repeat)
-                p_time, polars_got = best(lambda: query(local).to_polars().collect(), args.repeat)
+                c_time, got = best(lambda q=query, t=mine: q(t).collect(executor=executor), args.repeat)
+                p_time, polars_got = best(lambda q=query, t=local: q(t).to_polars().collect(), args.repeat)
                 bad = compare(got, expected) + [f"polars: {p}" for p in compare(polars_got, expected)]  # type: ignore[arg-type]
                 rows.append((f"{kind} q{number}", c_time, d_time, p_time, got.height, "ok" if not bad else "; ".join(bad[:2])))  # type: ignore[union-attr]
                 print(f"  {rows[-1][0]:<9} croupier {c_time:7.3f} s  duckdb {d_time:7.3f} s  polars {p_time:7.3f} s  {rows[-1][5]}", flush=True)

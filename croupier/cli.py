@@ -117,11 +117,12 @@ def gensort_cmd(ctx: click.Context, out: str, size: int, parts: int | None, seed
 @click.option("--budget", type=float, default=None, help="Most a run may cost (USD) when minimising time.")
 @click.option("--levels", type=int, default=None, help="Use the fewest-edges topology with this many levels.")
 @click.option("--write-combining", is_flag=True, help="One exchange object per worker per level; receivers read byte ranges.")
+@click.option("--reducers", type=click.Choice(["lazy", "eager"]), default="lazy", show_default=True, help="eager: start reducers once 25% of mappers finished (direct exchange).")
 @click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
 @click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
 @click.pass_context
 @_guard
-def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, objective: str, budget: float | None, levels: int | None, write_combining: bool, overwrite: bool, report_path: str | None) -> None:
+def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, objective: str, budget: float | None, levels: int | None, write_combining: bool, reducers: str, overwrite: bool, report_path: str | None) -> None:
     """Sort the records under IN by key into OUT (part-00000, part-00001, ... in key order).
 
     By default P and the exchange algorithm are chosen at run time from the measured data size and
@@ -129,7 +130,7 @@ def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int |
     """
     from croupier.jobs.sort import sort
 
-    config = _config(ctx)
+    config = _config(ctx).with_(reducers=reducers)
     plan = _plan(workers, topology, levels, write_combining)
     report = sort(input_url, output_url, plan.workers if plan else workers, config, out_format, overwrite, plan=plan, objective=objective, budget=budget)
     _emit(report, report_path)
@@ -229,6 +230,27 @@ def valsort_cmd(ctx: click.Context, output_url: str, input_url: str | None, repo
     if not result.ok:
         raise click.ClickException("validation FAILED: " + "; ".join(result.problems))
     click.echo("validation passed")
+
+
+@main.command("clean")
+@click.argument("url")
+@click.option("--run-id", default=None, help="Only this run's leftovers.")
+@click.option("--older-than", default=None, help="Only runs started longer ago than this, e.g. 2h, 30m.")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@click.pass_context
+@_guard
+def clean_cmd(ctx: click.Context, url: str, run_id: str | None, older_than: str | None, dry_run: bool) -> None:
+    """Delete intermediate objects that crashed runs left under URL/_croupier_tmp/."""
+    from croupier.jobs.clean import clean
+    from croupier.units import format_bytes, parse_duration
+
+    age = parse_duration(older_than) if older_than else None
+    runs = clean(url, _config(ctx), run_id=run_id, older_than=age, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    for run in runs:
+        click.echo(f"{verb} run {run.run_id}: {len(run.keys)} object(s), {format_bytes(run.bytes)}")
+    if not runs:
+        click.echo(f"nothing to clean under {url}")
 
 
 @main.command("exchange-stats")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from croupier.errors import ConfigError
 from croupier.units import parse_duration, parse_size
@@ -115,6 +115,13 @@ class Config:
                          task; above it, sampled range partitioning over P tasks
     exchange_buckets:    queries: hash buckets each exchange writes; the consumer's P (chosen at
                          run time) reads contiguous bucket ranges, so P <= this
+    speculation:         backup copies of straggling tasks (see croupier.compute.speculation);
+                         None turns speculation off
+    faults:              inject storage faults into every store of the run (tests, chaos runs);
+                         see croupier.storage.faults.FaultSpec
+    reducers:            "lazy": a sort's reducers start after all mappers; "eager": once
+                         ``eager_after`` of the mappers finished, polling for their inputs (SEER
+                         §5.1; direct exchange without write combining only)
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -131,12 +138,18 @@ class Config:
     broadcast_limit: int = parse_size("64MiB")
     gather_limit: int = parse_size("256MiB")
     exchange_buckets: int = 64
+    speculation: Any = field(default_factory=lambda: _default_speculation())
+    faults: Any = None
+    reducers: str = "lazy"
+    eager_after: float = 0.25
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.function_memory < parse_size("64MiB"):
             raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
+        if self.reducers not in ("lazy", "eager") or not 0.0 <= self.eager_after <= 1.0:
+            raise ConfigError(f"reducers must be 'lazy' or 'eager' and eager_after in [0, 1], got {self.reducers!r}, {self.eager_after}")
         if self.exchange_buckets < 1:
             raise ConfigError(f"exchange_buckets must be at least 1, got {self.exchange_buckets}")
         if self.intermediate_format not in ("auto", "raw", "arrow-lz4", "arrow-zstd", "arrow"):
@@ -173,6 +186,12 @@ class Config:
     def with_(self, **changes: object) -> Config:
         """Return a copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _default_speculation():  # type: ignore[no-untyped-def]
+    from croupier.compute.speculation import SpeculationPolicy
+
+    return SpeculationPolicy()
 
 
 def default_profile_name(url: str, s3: S3Options) -> str:

@@ -23,6 +23,7 @@ class StageReport:
     slowest_task_seconds: float = 0.0
     peak_rss: int = 0
     retried_tasks: int = 0
+    backup_wins: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -37,6 +38,7 @@ class StageReport:
             "exchange_io": self.exchange.to_dict(),
             "task_seconds": round(self.task_seconds, 4),
             "slowest_task_seconds": round(self.slowest_task_seconds, 4),
+            "backup_wins": self.backup_wins,
             "peak_rss": self.peak_rss,
             "retried_tasks": self.retried_tasks,
         }
@@ -100,6 +102,10 @@ class RunReport:
             )
         if self.io.retries:
             lines.append(f"retried requests: {self.io.retries}")
+        retried = sum(s.retried_tasks for s in self.stages)
+        backups = sum(s.backup_wins for s in self.stages)
+        if retried or backups:
+            lines.append(f"retried tasks: {retried}; tasks won by a speculative backup copy: {backups}")
         for key, value in self.summary.items():
             lines.append(f"{key}: {value}")
         return "\n".join(lines)

@@ -48,3 +48,40 @@ def write_and_count(ctx: TaskContext, url: str, key: str) -> int:
     store = ctx.store(url)
     store.put(key, b"abc")
     return len(bytes(store.get(key)))
+
+
+def sleep_then_square(ctx: TaskContext, seconds: float, x: int) -> int:
+    time.sleep(seconds)
+    return x * x
+
+
+def slow_first_copy(ctx: TaskContext, marker: str, value: int, seconds: float, first_copy_seconds: float) -> int:
+    """Sleep ``first_copy_seconds`` in the first copy to start (a straggler), ``seconds`` otherwise."""
+    path = Path(f"{marker}-{value}")
+    if first_copy_seconds and not path.exists():
+        path.write_text("first")
+        time.sleep(first_copy_seconds)
+    else:
+        time.sleep(seconds)
+    return value
+
+
+def crash_once_after(ctx: TaskContext, marker: str, seconds: float) -> str:
+    """Crash the worker after ``seconds`` the first time; the retry writes ``marker``.done."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("crashed")
+        time.sleep(seconds)
+        os._exit(9)
+    Path(marker + ".done").write_text("done")
+    return "survived"
+
+
+def wait_for_file(ctx: TaskContext, path: str, seconds: float) -> bool:
+    """Poll for ``path`` (what an eager reducer does for its inputs)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if Path(path).exists():
+            return True
+        time.sleep(0.02)
+    raise TimeoutError(f"{path} never appeared")

@@ -264,8 +264,13 @@ def test_bad_input_names_the_file_and_leaves_nothing(data: dict[str, Path], conf
         cf.scan_parquet(other, config=config).collect()
     badcsv = tmp_path / "bad.csv"
     badcsv.write_text("a,b\n" + "".join(f"{i},{i}\n" for i in range(20_000)) + "3,x\n")  # past schema inference
-    with pytest.raises(CroupierError, match="(?i)bad.csv bytes .*cannot read as csv"):
+    with pytest.raises(CroupierError, match=r"bad.csv: row starting at byte 217,784: value 'x' in column 'b' is not a valid Int64"):
         cf.scan_csv(badcsv, config=config).with_columns(col("a") + 1).filter(col("b") > 0).collect()
+    ragged = tmp_path / "ragged.csv"
+    good = "a,b\n" + "".join(f"{i},{i}\n" for i in range(12_000))  # past schema inference
+    ragged.write_text(good + "3,4,5\n")
+    with pytest.raises(CroupierError, match=rf"ragged.csv: row starting at byte {len(good):,}: 3 fields, expected 2 \(a, b\)"):
+        cf.scan_csv(ragged, config=config).collect()
     with pytest.raises(ConfigError, match="filter"):
         cf.scan_csv(badcsv, config=config).filter(col("b") > "text")
     assert leftover_tmp(config.tmp_url, config) == []  # type: ignore[arg-type]

@@ -131,6 +131,25 @@ def test_failure_leaves_no_intermediate_or_partial_output(store_env: tuple[str, 
     assert open_store(f"{root}/out", config).list() == []
 
 
+def test_failed_overwrite_leaves_the_old_output_untouched(store_env: tuple[str, Config]) -> None:
+    """Outputs become visible only at commit: a sort that fails keeps the previous output whole."""
+    root, config = store_env
+    gensort(f"{root}/in", 1_000_000, parts=2, config=config)
+    sort(f"{root}/in", f"{root}/out", 3, config)
+    before = {o.key: bytes(open_store(f"{root}/out", config).get(o.key)) for o in open_store(f"{root}/out", config).list()}
+    assert "_SUCCESS" in before and len(before) == 4
+    with FailingExecutor(Config(concurrency=2), "reduce-1") as ex:
+        with pytest.raises(TaskError):
+            sort(f"{root}/in", f"{root}/out", 5, config, overwrite=True, executor=ex)
+    after = {o.key: bytes(open_store(f"{root}/out", config).get(o.key)) for o in open_store(f"{root}/out", config).list()}
+    assert after == before
+    sort(f"{root}/in", f"{root}/out", 5, config, overwrite=True)
+    keys = sorted(o.key for o in open_store(f"{root}/out", config).list())
+    assert keys == ["_SUCCESS"] + [f"part-{i:05d}" for i in range(5)]  # the 3 old parts replaced
+    result, _ = valsort(f"{root}/out", config, input_url=f"{root}/in")
+    assert result.ok
+
+
 def test_truncated_gensort_input_is_named_and_nothing_is_written(tmp_path, executor: LocalExecutor) -> None:  # type: ignore[no-untyped-def]
     config = Config(concurrency=2)
     inp = (tmp_path / "in").as_uri()

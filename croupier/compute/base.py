@@ -20,11 +20,17 @@ MAX_RESULT_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of work: ``fn(ctx, *args)`` run in a function, identified by ``id``."""
+    """One unit of work: ``fn(ctx, *args)`` run in a function, identified by ``id``.
+
+    ``after`` = (task ids, share) gates the task (eager reducers, SEER §5.1): it starts only once
+    that share of those tasks (of the same ``map`` call) has finished and none of them is still
+    waiting for a function, so gated tasks never take a function a prerequisite needs.
+    """
 
     id: str
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
+    after: tuple[tuple[str, ...], float] | None = None
 
 
 @dataclass
@@ -40,6 +46,7 @@ class TaskResult:
     attempts: int = 1
     started: float = 0.0
     finished: float = 0.0
+    backup: bool = False
 
     @property
     def io(self) -> IOStats:

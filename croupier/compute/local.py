@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import random
+import statistics
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
 from croupier.compute.base import Executor, Task, TaskResult
+from croupier.compute.speculation import choose_backups
 from croupier.compute.worker import MEMORY_EXIT_CODE, worker_main
 from croupier.config import Config
 from croupier.errors import TaskError
@@ -43,14 +46,37 @@ class _Worker:
     task: Task | None = None
     attempt: int = 0
     started: float = 0.0
+    backup: bool = False
+    kill_at: float | None = None
+
+
+@dataclass
+class _Stage:
+    """Book-keeping of one ``map`` call: what is queued, running, finished and backed up."""
+
+    tasks: Sequence[Task]
+    config: Config
+    pending: deque[tuple[Task, int]]
+    results: dict[str, TaskResult] = field(default_factory=dict)
+    first_started: dict[str, float] = field(default_factory=dict)
+    durations: list[float] = field(default_factory=list)
+    backed_up: set[str] = field(default_factory=set)
 
 
 class LocalExecutor(Executor):
-    """Runs tasks in ``config.concurrency`` worker processes on this machine."""
+    """Runs tasks in ``config.concurrency`` worker processes on this machine.
 
-    def __init__(self, config: Config, task_attempts: int = 3) -> None:
+    ``kill_rate`` (chaos runs and tests only): that share of tasks has its worker killed at a random
+    point of its first attempt; ``kills`` counts the kills and ``backups`` the speculative copies.
+    """
+
+    def __init__(self, config: Config, task_attempts: int = 3, kill_rate: float = 0.0, seed: int | None = None) -> None:
         self.config = config
         self.task_attempts = task_attempts
+        self.kill_rate = kill_rate
+        self.kills = 0
+        self.backups = 0
+        self._rng = random.Random(seed)
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["croupier.compute.worker"])
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
@@ -84,40 +110,83 @@ class LocalExecutor(Executor):
     ) -> list[TaskResult]:
         if not tasks:
             return []
-        task_config = config if config is not None else self.config
+        stage = _Stage(tasks, config if config is not None else self.config, deque((t, 1) for t in tasks))
         self._ensure_workers(min(self.config.concurrency, len(tasks)))
-        pending: deque[tuple[Task, int]] = deque((t, 1) for t in tasks)
-        results: dict[str, TaskResult] = {}
         try:
-            while len(results) < len(tasks):
-                self._dispatch(pending, task_config)
+            while len(stage.results) < len(tasks):
+                self._dispatch(stage)
+                self._speculate(stage)
                 for worker, reply in self._collect():
-                    outcome = self._settle(worker, reply, pending)
-                    if outcome is not None:
-                        results[outcome.task_id] = outcome
-                        if on_done is not None:
-                            on_done(outcome)
+                    outcome = self._settle(worker, reply, stage)
+                    if outcome is not None and on_done is not None:
+                        on_done(outcome)
         except BaseException:
             self._abort_running()
             raise
-        return [results[t.id] for t in tasks]
+        return [stage.results[t.id] for t in tasks]
 
-    def _dispatch(self, pending: deque[tuple[Task, int]], config: Config) -> None:
-        """Hand queued tasks to idle workers."""
+    def _start(self, worker: _Worker, task: Task, attempt: int, stage: _Stage, backup: bool = False) -> None:
+        worker.task, worker.attempt, worker.started, worker.backup = task, attempt, time.time(), backup
+        stage.first_started.setdefault(task.id, worker.started)
+        worker.kill_at = None
+        if self.kill_rate and attempt == 1 and not backup and self._rng.random() < self.kill_rate:
+            typical = statistics.median(stage.durations) if stage.durations else 0.2
+            worker.kill_at = worker.started + self._rng.uniform(0.0, typical)
+        worker.conn.send((task.id, task.fn, task.args, stage.config))
+
+    def _dispatch(self, stage: _Stage) -> None:
+        """Hand queued tasks whose gate is open to idle workers (queue order otherwise)."""
+        stage.pending = deque(item for item in stage.pending if item[0].id not in stage.results)  # moot retries
         for worker in self._workers:
-            if not pending:
-                return
-            if worker.task is None:
-                task, attempt = pending.popleft()
-                worker.task, worker.attempt, worker.started = task, attempt, time.time()
-                worker.conn.send((task.id, task.fn, task.args, config))
+            if worker.task is not None:
+                continue
+            index = next((i for i, (task, _) in enumerate(stage.pending) if self._open(task, stage)), None)
+            if index is None:
+                break
+            task, attempt = stage.pending[index]
+            del stage.pending[index]
+            self._start(worker, task, attempt, stage)
+
+    @staticmethod
+    def _open(task: Task, stage: _Stage) -> bool:
+        """Whether a gated task may start: enough prerequisites done, none of them queued.
+
+        No deadlock: a gated task never takes a function while a prerequisite waits for one, and a
+        prerequisite that fails frees its own function for its retry, which outranks gated tasks.
+        """
+        if task.after is None:
+            return True
+        needed, share = task.after
+        ids = set(needed)
+        if any(t.id in ids for t, _ in stage.pending):
+            return False
+        return sum(i in stage.results for i in ids) >= share * len(ids)
+
+    def _speculate(self, stage: _Stage) -> None:
+        """Launch backup copies of stragglers on idle workers (only when nothing is queued)."""
+        policy = stage.config.speculation
+        if policy is None or stage.pending:
+            return
+        idle = [w for w in self._workers if w.task is None]
+        if not idle:
+            return
+        now = time.time()
+        running = {w.task.id: now - stage.first_started[w.task.id] for w in self._workers if w.task is not None and not w.backup}
+        chosen = choose_backups(policy, len(stage.tasks), stage.durations, running, stage.backed_up, len(idle))
+        for task_id, worker in zip(chosen, idle):
+            original = next(w for w in self._workers if w.task is not None and w.task.id == task_id)
+            stage.backed_up.add(task_id)
+            self.backups += 1
+            self._start(worker, original.task, original.attempt, stage, backup=True)  # type: ignore[arg-type]
 
     def _collect(self) -> list[tuple[_Worker, tuple[Any, ...] | None]]:
-        """Wait for replies, deaths or time-outs; return (worker, reply or None if it died)."""
+        """Wait for replies, deaths, time-outs or chaos kills; return (worker, reply or None if it died)."""
         busy = [w for w in self._workers if w.task is not None]
         deadline = min(w.started for w in busy) + self.config.task_timeout
+        kills = [w.kill_at for w in busy if w.kill_at is not None]
+        wake = min([deadline, *kills])
         handles = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
-        ready = wait(list(handles), timeout=max(0.0, deadline - time.time()) + 0.01)
+        ready = wait(list(handles), timeout=max(0.0, wake - time.time()) + 0.01)
         out: list[tuple[_Worker, tuple[Any, ...] | None]] = []
         seen: set[int] = set()
         for handle in ready:
@@ -128,10 +197,17 @@ class LocalExecutor(Executor):
             out.append((worker, self._receive(worker)))
         now = time.time()
         for worker in busy:
-            if worker.wid not in seen and now - worker.started > self.config.task_timeout:
+            if worker.wid in seen:
+                continue
+            if now - worker.started > self.config.task_timeout:
                 worker.process.kill()
                 worker.process.join()
                 out.append((worker, ("timeout",)))
+            elif worker.kill_at is not None and now >= worker.kill_at:
+                self.kills += 1
+                worker.process.kill()
+                worker.process.join()
+                out.append((worker, None))
         return out
 
     @staticmethod
@@ -145,24 +221,42 @@ class LocalExecutor(Executor):
         worker.process.join(timeout=5)
         return None
 
-    def _settle(
-        self, worker: _Worker, reply: tuple[Any, ...] | None, pending: deque[tuple[Task, int]]
-    ) -> TaskResult | None:
-        """Turn one reply into a result, a retry, or a :class:`TaskError`."""
-        task, attempt, started = worker.task, worker.attempt, worker.started
+    def _settle(self, worker: _Worker, reply: tuple[Any, ...] | None, stage: _Stage) -> TaskResult | None:
+        """Turn one reply into a result, a retry, or a :class:`TaskError`; stop losing copies."""
+        task, attempt, started, backup = worker.task, worker.attempt, worker.started, worker.backup
         assert task is not None
-        worker.task = None
+        worker.task, worker.backup, worker.kill_at = None, False, None
+        died = reply is None or reply[0] == "timeout"
+        if task.id in stage.results:  # the other copy already won
+            if died:
+                self._replace(worker)
+            return None
         if reply is not None and reply[0] == "ok":
             _, _tid, value, channels, seconds, peak = reply
             io = {name: IOStats.from_dict(stats) for name, stats in channels.items()}
-            return TaskResult(task.id, value, io, seconds, peak, worker.wid, attempt, started, time.time())
-        cause, trace, kind = self._failure(worker, reply)
-        if reply is None or reply[0] == "timeout":
+            result = TaskResult(task.id, value, io, seconds, peak, worker.wid, attempt, started, time.time(), backup=backup)
+            stage.results[task.id] = result
+            stage.durations.append(result.finished - stage.first_started[task.id])
+            self._stop_copies(task.id)
+            return result
+        if died:
             self._replace(worker)
+        if any(w.task is not None and w.task.id == task.id for w in self._workers):
+            return None  # another copy is still running: let it finish
+        cause, trace, kind = self._failure(worker, reply)
         if attempt < self.task_attempts and kind not in DETERMINISTIC_ERRORS:
-            pending.append((task, attempt + 1))
+            stage.pending.append((task, attempt + 1))
             return None
         raise TaskError(task.id, f"{cause} (attempt {attempt} of {self.task_attempts})", trace)
+
+    def _stop_copies(self, task_id: str) -> None:
+        """Kill the workers still running another copy of a finished task."""
+        for worker in self._workers:
+            if worker.task is not None and worker.task.id == task_id:
+                worker.process.kill()
+                worker.process.join()
+                worker.task, worker.backup, worker.kill_at = None, False, None
+                self._replace(worker)
 
     def _failure(self, worker: _Worker, reply: tuple[Any, ...] | None) -> tuple[str, str, str]:
         """Describe why a task failed: (cause, worker traceback, exception type name)."""

@@ -26,7 +26,6 @@ from croupier.dag.stage import (
     ExchangeRead,
     HashSink,
     ParquetSink,
-    PlainSink,
     RangeSink,
     ScanInput,
     ScanRead,

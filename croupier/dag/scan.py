@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import csv
 import fnmatch
 import io
 import posixpath
@@ -33,6 +34,8 @@ RECORD = 100
 COALESCE_GAP = 64 * 1024
 #: Bytes read past a CSV split's end to find the end of its last line (more is read if needed).
 LOOKAHEAD = 64 * 1024
+#: CSV rows the schema is inferred from.
+INFER_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,11 @@ def csv_schema(store: Store, obj: ObjectInfo, options: CsvOptions) -> pl.Schema:
     head = bytes(store.get_range(obj.key, 0, min(obj.size, 1 << 20)))
     if obj.size > len(head):
         head = head[: head.rfind(b"\n") + 1]
+    ends = np.flatnonzero(np.frombuffer(head, dtype=np.uint8) == 10)
+    if len(ends) > INFER_ROWS:  # infer from the first rows only; bad rows further on are the tasks' to report
+        head = head[: int(ends[INFER_ROWS]) + 1]
     try:
-        df = pl.read_csv(io.BytesIO(head), has_header=options.has_header, separator=options.separator, quote_char=options.quote_char, infer_schema_length=10_000, n_rows=10_000, null_values=list(options.null_values) or None)
+        df = pl.read_csv(io.BytesIO(head), has_header=options.has_header, separator=options.separator, quote_char=options.quote_char, infer_schema_length=INFER_ROWS, null_values=list(options.null_values) or None)
     except Exception as exc:  # noqa: BLE001 - polars raises many kinds; all mean "bad CSV"
         raise InputError(f"{store.url}/{obj.key}: cannot read as CSV ({exc})") from exc
     return df.schema
@@ -291,8 +297,8 @@ def _conform(df: pl.DataFrame, schema: pl.Schema, where: str) -> pl.DataFrame:
     return df.select(list(schema))
 
 
-def _csv_bounds(store: Store, split: Split) -> bytes:
-    """The bytes of the lines that start inside [start, end)."""
+def _csv_bounds(store: Store, split: Split) -> tuple[bytes, int]:
+    """The bytes of the lines that start inside [start, end), and where they start in the file."""
     lo = max(0, split.start - 1)
     hi = min(split.size, split.end + LOOKAHEAD)
     data = bytes(store.get_range(split.key, lo, hi))
@@ -301,34 +307,67 @@ def _csv_bounds(store: Store, split: Split) -> bytes:
     else:
         nl = data.find(b"\n")
         if nl < 0 or lo + nl + 1 >= split.end:
-            return b""  # the first line start after lo lies beyond this split
+            return b"", split.start  # the first line start after lo lies beyond this split
         first = nl + 1
     end_rel = split.end - 1 - lo
     while True:
         nl = data.find(b"\n", max(first, end_rel))
         if nl >= 0 or hi >= split.size:
-            return data[first : nl + 1] if nl >= 0 else data[first:]
+            return (data[first : nl + 1] if nl >= 0 else data[first:]), lo + first
         more = min(split.size, hi + 4 * (hi - lo))
         data += bytes(store.get_range(split.key, hi, more))
         hi = more
 
 
 def _read_csv(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> pl.DataFrame:
-    data = _csv_bounds(store, split)
+    data, offset = _csv_bounds(store, split)
     options = spec.csv
     if split.start == 0 and options.has_header:
-        data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        cut = data.find(b"\n") + 1 if b"\n" in data else len(data)
+        data, offset = data[cut:], offset + cut
     if not data.strip():
         return pl.DataFrame(schema=file_schema)
+    try:
+        return _parse_csv(data, options, file_schema)
+    except pl.exceptions.PolarsError as exc:
+        problem = _diagnose_csv(data, options, file_schema)
+        if problem is None:
+            raise
+        row, text = problem
+        raise InputError(f"{split.where}: row starting at byte {offset + row:,}: {text}") from exc
+
+
+def _parse_csv(data: bytes, options: CsvOptions, schema: pl.Schema) -> pl.DataFrame:
     return pl.read_csv(
         io.BytesIO(data),
         has_header=False,
-        new_columns=list(file_schema),
-        schema=file_schema,
+        new_columns=list(schema),
+        schema=schema,
         separator=options.separator,
         quote_char=options.quote_char,
         null_values=list(options.null_values) or None,
     )
+
+
+def _diagnose_csv(data: bytes, options: CsvOptions, schema: pl.Schema) -> tuple[int, str] | None:
+    """(byte offset in ``data`` of the first bad row, what is wrong with it), or None if no row is."""
+    starts = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1])
+    rows = csv.reader(io.StringIO(data.decode("utf-8", errors="replace")), delimiter=options.separator, quotechar=options.quote_char or '"')
+    for i, fields in enumerate(rows):
+        if fields and len(fields) != len(schema):
+            return int(starts[min(i, len(starts) - 1)]), f"{len(fields)} fields, expected {len(schema)} ({', '.join(schema)})"
+    text = _parse_csv(data, options, pl.Schema({name: pl.String for name in schema}))
+    nulls = list(options.null_values)
+    for name, dtype in schema.items():
+        if dtype == pl.String:
+            continue
+        raw = text[name]
+        bad = raw.cast(dtype, strict=False).is_null() & raw.is_not_null() & ~raw.is_in(nulls)
+        hits = bad.arg_true()
+        if len(hits):
+            i = int(hits[0])
+            return int(starts[i]), f"value {raw[i]!r} in column {name!r} is not a valid {dtype}"
+    return None
 
 
 def _read_gensort(store: Store, split: Split) -> pl.DataFrame:

@@ -92,10 +92,12 @@ class PlainSink:
 
 @dataclass(frozen=True)
 class ParquetSink:
-    """Write the output as Parquet files under ``url`` (at most ``max_rows_per_file`` rows each)."""
+    """Write the output as Parquet files under ``url`` (at most ``max_rows_per_file`` rows each),
+    below ``staging`` (a key prefix) until the job commits them."""
 
     url: str
     max_rows_per_file: int | None = None
+    staging: str = ""
 
 
 Sink = Union[HashSink, RangeSink, PlainSink, ParquetSink]
@@ -218,7 +220,7 @@ def _write_parquet(ctx: TaskContext, sink: ParquetSink, index: int, df: pl.DataF
         part = df.slice(start, step)
         part.write_parquet(buf)
         name = f"part-{index:05d}-{k:04d}.parquet"
-        store.put(name, buf.getvalue())
+        store.put(sink.staging + name, buf.getvalue())
         files.append((name, part.height))
     return files
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import posixpath
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -35,7 +36,7 @@ from croupier.expr import Col, Expr, wrap
 from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 from croupier.frame.optimize import optimize
 from croupier.frame.physical import Compiler, finish
-from croupier.jobs.common import MANIFEST, prepare_output, write_manifest
+from croupier.jobs.common import STAGING, commit, prepare_output
 from croupier.jobs.runtime import Run
 from croupier.report import RunReport
 from croupier.storage import open_store, split_url
@@ -293,27 +294,26 @@ class LazyFrame:
     ) -> list[str]:
         """Run the query and write its rows as Parquet part files under ``path`` (a folder/prefix).
 
-        Files are named ``part-<task>-<n>.parquet`` in row order; ``_SUCCESS`` is written last. On
-        failure, the part files already written are deleted.
+        Files are named ``part-<task>-<n>.parquet`` in row order. They are written under a staging
+        prefix and moved into place only when the whole query succeeded, then ``_SUCCESS`` is
+        written; on failure nothing changes under ``path`` (an old output stays as it was).
         """
         config = config or self.config
         url = _as_url(str(path).rstrip("/"))
         store = open_store(url, config)
-        prepare_output(store, overwrite)
+        staging = f"{STAGING}/sink-{uuid.uuid4().hex[:12]}/"
         try:
-            _, out = self._run(ParquetSink(url, max_rows_per_file), config, executor, read=False)
+            replaces = prepare_output(store, overwrite)
+            _, out = self._run(ParquetSink(url, max_rows_per_file, staging), config, executor, read=False)
             files = sorted(name for name, _ in out.files)
             if not files:
                 from croupier.dag.stage import empty_output
 
-                store.put("part-00000-0000.parquet", empty_output(ParquetSink(url), dict(out.schema)))
                 files = ["part-00000-0000.parquet"]
-            write_manifest(store, {"job": "query", "files": files, "rows": out.rows})
-        except BaseException:
-            leftovers = [o.key for o in store.list() if o.key.startswith("part-") or o.key == MANIFEST]
-            store.delete(leftovers)
-            raise
+                store.put(staging + files[0], empty_output(ParquetSink(url), dict(out.schema)))
+            commit(store, staging, files, {"job": "query", "files": files, "rows": out.rows}, replaces)
         finally:
+            store.delete_prefix(staging)
             store.close()
         return [posixpath.join(url, f) for f in files]
 

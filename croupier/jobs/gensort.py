@@ -7,7 +7,7 @@ import math
 from croupier.compute.base import Executor, Task
 from croupier.compute.context import TaskContext
 from croupier.config import Config
-from croupier.jobs.common import prepare_output, write_manifest
+from croupier.jobs.common import STAGING, commit, prepare_output
 from croupier.jobs.runtime import Run
 from croupier.ops.gensort import generate
 from croupier.ops.records import RECORD_SIZE
@@ -42,22 +42,22 @@ def gensort(
         raise ValueError(f"parts must be >= 1, got {parts}")
     records = size // RECORD_SIZE
     run = Run("gensort", config, executor)
+    out = run.store(output_url)
+    staging = f"{STAGING}/{run.run_id}/out/"
     try:
-        out = run.store(output_url)
-        prepare_output(out, overwrite)
+        replaces = prepare_output(out, overwrite)
         bounds = [records * i // parts for i in range(parts + 1)]
+        names = [part_name(i) for i in range(parts)]
         tasks = [
-            Task(f"gensort-{i}", generate_part, (output_url, part_name(i), bounds[i], bounds[i + 1] - bounds[i], seed, ascii_keys))
+            Task(f"gensort-{i}", generate_part, (output_url, staging + names[i], bounds[i], bounds[i + 1] - bounds[i], seed, ascii_keys))
             for i in range(parts)
         ]
-        try:
-            run.stage("generate", tasks)
-        except BaseException:
-            out.delete([t.args[1] for t in tasks])  # no half-written input left as if it were data
-            raise
-        write_manifest(out, {"job": "gensort", "run_id": run.run_id, "records": records, "parts": parts, "seed": seed, "ascii": ascii_keys})
+        run.stage("generate", tasks)
+        manifest = {"job": "gensort", "run_id": run.run_id, "records": records, "parts": parts, "seed": seed, "ascii": ascii_keys}
+        commit(out, staging, names, manifest, replaces)
         run.report.summary.update(records=records, bytes=format_bytes(records * RECORD_SIZE), parts=parts, seed=seed, ascii=ascii_keys)
     finally:
+        out.delete_prefix(staging)  # nothing half-written is left as if it were data
         report = run.finish()
     return report
 

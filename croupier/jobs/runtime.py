@@ -82,6 +82,7 @@ class Run:
             report.slowest_task_seconds = max(report.slowest_task_seconds, result.seconds)
             report.peak_rss = max(report.peak_rss, result.peak_rss)
             report.retried_tasks += result.attempts > 1
+            report.backup_wins += result.backup
         self.report.stages.append(report)
         return report
 

@@ -12,8 +12,10 @@
 * level 2..k (multi-level plans only): each worker passes its data on to the next level's group.
 * reduce: receives its partition (in mapper order, whatever the plan), sorts stably by key, writes
   ``part-{r}``; the concatenation of the parts in name order is globally sorted.
-* commit: ``_SUCCESS`` lists the parts. Intermediate objects live under a run-scoped prefix and are
-  deleted on success and on failure; on failure the parts written so far are deleted too.
+* commit: reducers write their parts under the run's staging prefix in the output store; only when
+  all succeeded are they moved to their final names and ``_SUCCESS`` (listing them) written, so a
+  failed or running sort never shows parts under the output. Intermediate objects live under a
+  run-scoped prefix and are deleted on success and on failure.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from croupier.compute.context import TaskContext
 from croupier.config import Config
 from croupier.errors import ConfigError, InputError
 from croupier.exchange.plan import ExchangePlan
-from croupier.jobs.common import list_inputs, prepare_output, write_manifest
+from croupier.jobs.common import STAGING, commit, list_inputs, prepare_output
 from croupier.jobs.runtime import Run
 from croupier.jobs.shuffle import Blocks, Ranges, ranges_for, read_level, write_level
 from croupier.ops import partition
@@ -223,7 +225,9 @@ def reduce_partition(
 ) -> tuple[int, int]:
     """Task: receive this partition's records, sort them by key, write one output object; return (records, bytes)."""
     store = ctx.store(shuffle_url, "exchange")
-    blocks = read_level(store, plan, plan.levels - 1, worker, ranges, fmt, ctx.config.request_timeout)
+    # eager reducers start before every mapper has written: they may wait as long as a task may run
+    wait = ctx.config.task_timeout if ctx.config.reducers == "eager" else ctx.config.request_timeout
+    blocks = read_level(store, plan, plan.levels - 1, worker, ranges, fmt, wait)
     stray = set(blocks) - {worker}
     if stray:
         raise RuntimeError(f"reducer {worker} received records of partitions {sorted(stray)}: exchange plan {plan.name} is inconsistent")
@@ -268,10 +272,10 @@ def sort(
     out = run.store(output_url)
     encoding = config.shuffle_encoding(shuffle_url)
     out_keys: list[str] = []
-    committed = False
+    staging = f"{STAGING}/{run.run_id}/out/"
     try:
         objects = list_inputs(run.store(input_url))
-        prepare_output(out, overwrite)
+        replaces = prepare_output(out, overwrite)
         probe = plan.workers if plan else workers or max(1, min(len(objects), 4 * config.concurrency))
         rows, samples = _probe(run, input_url, objects, probe, plan.workers if plan else workers, seed)
         data_bytes = sum(rows) * RECORD_SIZE
@@ -281,24 +285,37 @@ def sort(
         shares = plan_pieces(objects, p, rows)
         split_a, split_b = partition.choose_splitters(samples[0], samples[1], p)
         splitters = (split_a.tobytes(), split_b.tobytes())
-        written = run.stage("map", [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding)) for m in range(p)])
+        map_tasks = [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding)) for m in range(p)]
+        if config.reducers == "eager" and plan.levels == 1 and not plan.combine:
+            reduce_tasks = [
+                Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, None, encoding, output_url, staging + out_keys[r], out_format), after=(tuple(t.id for t in map_tasks), config.eager_after))
+                for r in range(p)
+            ]
+            results = run.stage("map+reduce", map_tasks + reduce_tasks)
+            written, reduce_results = results[:p], results[p:]
+            run.report.summary["reducers"] = f"eager: started once {config.eager_after:.0%} of the mappers finished"
+        else:
+            written = run.stage("map", map_tasks)
+            reduce_results = []
+            if config.reducers == "eager":
+                run.report.summary["reducers"] = f"lazy: eager reducers need the direct exchange without write combining, not {plan.name}"
         shuffle_bytes = sum(r.value[1] for r in written)
         for level in range(1, plan.levels):
             ranges = [r.value[0] for r in written]
             tasks = [Task(f"level{level + 1}-{w}", exchange_level, (shuffle_url, plan, level, w, ranges_for(plan, level - 1, w, ranges), encoding)) for w in range(p)]
             written = run.stage(f"level-{level + 1}", tasks)
         ranges = [r.value[0] for r in written]
-        reduce_results = run.stage(
-            "reduce",
-            [
-                Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, ranges_for(plan, plan.levels - 1, r, ranges), encoding, output_url, out_keys[r], out_format))
-                for r in range(p)
-            ],
-        )
+        if not reduce_results:
+            reduce_results = run.stage(
+                "reduce",
+                [
+                    Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, ranges_for(plan, plan.levels - 1, r, ranges), encoding, output_url, staging + out_keys[r], out_format))
+                    for r in range(p)
+                ],
+            )
         records = sum(r.value[0] for r in reduce_results)
         parts = [{"key": k, "records": r.value[0], "bytes": r.value[1]} for k, r in zip(out_keys, reduce_results)]
-        write_manifest(out, {"job": "sort", "run_id": run.run_id, "format": out_format, "records": records, "parts": parts})
-        committed = True
+        commit(out, staging, out_keys, {"job": "sort", "run_id": run.run_id, "format": out_format, "records": records, "parts": parts}, replaces)
         run.report.summary.update(
             records=records,
             workers=p,
@@ -311,8 +328,7 @@ def sort(
         _compare_prediction(run, prediction)
     finally:
         run.store(shuffle_url).delete_prefix()
-        if not committed and out_keys:
-            out.delete(out_keys)
+        out.delete_prefix(staging)  # parts of a failed run never left the staging prefix
         report = run.finish()
     return report
 

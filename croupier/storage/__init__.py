@@ -35,15 +35,22 @@ def split_url(url: str) -> tuple[str, str, str]:
 
 
 def open_backend(url: str, config: Config) -> Backend:
-    """Create the raw backend for ``url``."""
+    """Create the raw backend for ``url`` (wrapped in a fault injector when ``config.faults`` is set)."""
     scheme, location, path = split_url(url)
+    backend: Backend
     if scheme == "s3":
         from croupier.storage.s3 import S3Backend
 
-        return S3Backend(location, path, config.s3, config.request_timeout)
-    from croupier.storage.local import LocalBackend
+        backend = S3Backend(location, path, config.s3, config.request_timeout)
+    else:
+        from croupier.storage.local import LocalBackend
 
-    return LocalBackend(path)
+        backend = LocalBackend(path)
+    if config.faults is not None:
+        from croupier.storage.faults import FaultyBackend
+
+        backend = FaultyBackend(backend, config.faults)
+    return backend
 
 
 def open_store(url: str, config: Config, stats: IOStats | None = None) -> Store:

@@ -55,6 +55,11 @@ class Backend(ABC):
     def delete(self, keys: Sequence[str]) -> None:
         """Delete up to ``delete_batch`` keys; keys that do not exist are ignored."""
 
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` (replacing it); the default copies through the client, then deletes."""
+        self.put(dst, [self.get(src)])
+        self.delete([src])
+
     def close(self) -> None:
         """Release connections or handles; the default has none."""
 

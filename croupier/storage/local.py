@@ -50,6 +50,15 @@ class LocalBackend(Backend):
             tmp.unlink(missing_ok=True)
             raise _translate(exc, self.url, key) from exc
 
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic move within the folder (``os.replace``)."""
+        target = self._path(dst)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._path(src), target)
+        except OSError as exc:
+            raise _translate(exc, self.url, src) from exc
+
     def get(self, key: str) -> Buffer:
         return self._read(key, 0, None)
 

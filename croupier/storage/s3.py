@@ -74,6 +74,11 @@ class S3Backend(Backend):
         # obstore lists by folder; keep S3's plain string-prefix meaning by filtering the folder.
         return [[o for o in page if o.key.startswith(prefix)] for page in pages]
 
+    def rename(self, src: str, dst: str) -> None:
+        """Server-side copy, then delete of the source (S3 has no rename)."""
+        self._call(src, lambda: obstore.copy(self._store, src, dst, overwrite=True))
+        self.delete([src])
+
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
             self._call(keys[0], lambda: obstore.delete(self._store, list(keys)))

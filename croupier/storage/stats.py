@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
-KINDS = ("PUT", "GET", "GET_RANGE", "HEAD", "LIST", "DELETE")
+KINDS = ("PUT", "GET", "GET_RANGE", "HEAD", "LIST", "DELETE", "COPY")
 _LOCK = threading.Lock()  # counters are updated from range-fetch threads too
 
 

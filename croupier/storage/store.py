@@ -109,6 +109,21 @@ class Store:
         cut = len(self.prefix)
         return [ObjectInfo(o.key[cut:], o.size) for page in pages for o in page]
 
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` (one COPY request and, on S3, one DELETE).
+
+        Retried as a whole: a retry after a move that happened but lost its answer finds ``src``
+        gone and ``dst`` in place, which counts as done.
+        """
+
+        def move() -> None:
+            try:
+                self.backend.rename(self.prefix + src, self.prefix + dst)
+            except ObjectNotFound:
+                self.backend.head(self.prefix + dst)  # already moved by an earlier try?
+
+        self._run("COPY", src, move, lambda _: 0)
+
     def delete(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` in batches (one DELETE request per batch); missing keys are ignored."""
         batch = self.backend.delete_batch
