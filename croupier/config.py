@@ -119,6 +119,8 @@ class Config:
                          None turns speculation off
     faults:              inject storage faults into every store of the run (tests, chaos runs);
                          see croupier.storage.faults.FaultSpec
+    prefetch:            look-ahead prefetch: a function fetches its next task's inputs while it
+                         runs the current one (see croupier.compute.prefetch)
     reducers:            "lazy": a sort's reducers start after all mappers; "eager": once
                          ``eager_after`` of the mappers finished, polling for their inputs (SEER
                          §5.1; direct exchange without write combining only)
@@ -140,6 +142,7 @@ class Config:
     exchange_buckets: int = 64
     speculation: Any = field(default_factory=lambda: _default_speculation())
     faults: Any = None
+    prefetch: bool = True
     reducers: str = "lazy"
     eager_after: float = 0.25
 

@@ -102,6 +102,10 @@ class RunReport:
             )
         if self.io.retries:
             lines.append(f"retried requests: {self.io.retries}")
+        prefetched = sum(k.prefetched for k in self.io.kinds.values())
+        if prefetched:
+            ahead = sum(k.prefetched_seconds for k in self.io.kinds.values())
+            lines.append(f"look-ahead prefetch: {prefetched} requests served from prefetched bytes ({ahead:.2f} s of requests done while the previous task ran)")
         retried = sum(s.retried_tasks for s in self.stages)
         backups = sum(s.backup_wins for s in self.stages)
         if retried or backups:

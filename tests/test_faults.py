@@ -269,3 +269,28 @@ def test_eager_and_lazy_reducers_sort_correctly(store_env: tuple[str, Config], r
     else:
         assert "map" in stages and "reduce" in stages
     assert leftover_tmp(root, config) == []
+
+
+# --- look-ahead prefetch --------------------------------------------------------------------------------
+
+
+def test_prefetch_serves_next_tasks_without_changing_request_counts(store_env: tuple[str, Config]) -> None:
+    from croupier.exchange.plan import ExchangePlan
+    from croupier.exchange.topology import Topology
+
+    root, config = store_env
+    gensort(f"{root}/in", 2_000_000, 8, config)
+    plan = ExchangePlan(Topology((4, 2)), True)
+    counts = {}
+    for prefetch in (True, False):
+        cfg = config.with_(prefetch=prefetch, speculation=None)
+        report = sort(f"{root}/in", f"{root}/out-{prefetch}", 8, cfg, plan=plan)
+        result, _ = valsort(f"{root}/out-{prefetch}", config, input_url=f"{root}/in")
+        assert result.ok
+        counts[prefetch] = {s.name: {k: v.requests for k, v in s.io.kinds.items()} for s in report.stages if s.name != "driver"}
+        served = sum(k.prefetched for k in report.io.kinds.values())
+        if prefetch:
+            assert served > 0 and "look-ahead prefetch" in report.render()
+        else:
+            assert served == 0
+    assert counts[True] == counts[False]

@@ -25,12 +25,15 @@ class Task:
     ``after`` = (task ids, share) gates the task (eager reducers, SEER §5.1): it starts only once
     that share of those tasks (of the same ``map`` call) has finished and none of them is still
     waiting for a function, so gated tasks never take a function a prerequisite needs.
+    ``inputs`` = what the task will read, (store URL, key, start, end): a function about to run it
+    next may fetch them ahead (look-ahead prefetch, :mod:`croupier.compute.prefetch`).
     """
 
     id: str
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
     after: tuple[tuple[str, ...], float] | None = None
+    inputs: tuple[tuple[str, str, int | None, int | None], ...] = ()
 
 
 @dataclass

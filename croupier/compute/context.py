@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from croupier.compute.prefetch import PrefetchCache
 from croupier.config import Config
 from croupier.storage import IOStats, Store, open_backend
 from croupier.storage.backend import Backend
@@ -19,19 +20,21 @@ class TaskContext:
         channels: request counters of this task by channel ("data" for input and output,
                   "exchange" for shuffle objects), returned to the driver with the result
         backends: backend cache of the worker process, shared across its tasks (connection reuse)
+        prefetch: this task's inputs fetched ahead by the worker (look-ahead prefetch), if any
     """
 
     task_id: str
     config: Config
     channels: dict[str, IOStats] = field(default_factory=dict)
     backends: dict[str, Backend] = field(default_factory=dict)
+    prefetch: PrefetchCache | None = None
 
     def store(self, url: str, channel: str = "data") -> Store:
         """Open the store named by ``url``; its requests count against this task, under ``channel``."""
         backend = self.backends.get(url)
         if backend is None:
             backend = self.backends[url] = open_backend(url, self.config)
-        return Store(backend, self.config.retry, self.channels.setdefault(channel, IOStats()))
+        return Store(backend, self.config.retry, self.channels.setdefault(channel, IOStats()), prefetch=self.prefetch)
 
     @property
     def io(self) -> IOStats:

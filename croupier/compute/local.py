@@ -61,6 +61,7 @@ class _Stage:
     first_started: dict[str, float] = field(default_factory=dict)
     durations: list[float] = field(default_factory=list)
     backed_up: set[str] = field(default_factory=set)
+    reserved: dict[str, int] = field(default_factory=dict)
 
 
 class LocalExecutor(Executor):
@@ -132,20 +133,44 @@ class LocalExecutor(Executor):
         if self.kill_rate and attempt == 1 and not backup and self._rng.random() < self.kill_rate:
             typical = statistics.median(stage.durations) if stage.durations else 0.2
             worker.kill_at = worker.started + self._rng.uniform(0.0, typical)
-        worker.conn.send((task.id, task.fn, task.args, stage.config))
+        stage.reserved.pop(task.id, None)
+        upcoming = None if backup else self._reserve(worker, stage)
+        worker.conn.send((task.id, task.fn, task.args, stage.config, upcoming.id if upcoming else None, upcoming.inputs if upcoming else ()))
 
     def _dispatch(self, stage: _Stage) -> None:
-        """Hand queued tasks whose gate is open to idle workers (queue order otherwise)."""
+        """Hand queued tasks whose gate is open to idle workers: a worker's reserved (prefetched)
+        task first, then queue order, leaving tasks reserved by busy workers to them if possible."""
         stage.pending = deque(item for item in stage.pending if item[0].id not in stage.results)  # moot retries
-        for worker in self._workers:
-            if worker.task is not None:
-                continue
-            index = next((i for i, (task, _) in enumerate(stage.pending) if self._open(task, stage)), None)
-            if index is None:
+        idle = [w for w in self._workers if w.task is None]
+        for worker in list(idle):
+            index = next((i for i, (t, _) in enumerate(stage.pending) if stage.reserved.get(t.id) == worker.wid and self._open(t, stage)), None)
+            if index is not None:
+                self._take(worker, index, stage)
+                idle.remove(worker)
+        busy = {w.wid for w in self._workers if w.task is not None}
+        for worker in idle:
+            open_ = [i for i, (t, _) in enumerate(stage.pending) if self._open(t, stage)]
+            if not open_:
                 break
-            task, attempt = stage.pending[index]
-            del stage.pending[index]
-            self._start(worker, task, attempt, stage)
+            free = [i for i in open_ if stage.reserved.get(stage.pending[i][0].id) not in busy]
+            self._take(worker, (free or open_)[0], stage)
+            busy.add(worker.wid)
+
+    def _take(self, worker: _Worker, index: int, stage: _Stage) -> None:
+        task, attempt = stage.pending[index]
+        del stage.pending[index]
+        self._start(worker, task, attempt, stage)
+
+    def _reserve(self, worker: _Worker, stage: _Stage) -> Task | None:
+        """The task this worker will run next, to prefetch its inputs (none near a stage's end,
+        where tasks should go to whichever worker is free first)."""
+        if not stage.config.prefetch or len(stage.pending) < len(self._workers):
+            return None
+        for task, _ in stage.pending:
+            if task.inputs and task.id not in stage.reserved and self._open(task, stage):
+                stage.reserved[task.id] = worker.wid
+                return task
+        return None
 
     @staticmethod
     def _open(task: Task, stage: _Stage) -> bool:

@@ -2,7 +2,7 @@
 
 Protocol over a duplex pipe with the driver:
 
-    driver -> worker: (task_id, fn, args, config)   or None to stop
+    driver -> worker: (task_id, fn, args, config, next_task_id, next_inputs)   or None to stop
     worker -> driver: ("ok", task_id, value, {channel: io_dict}, seconds, peak_rss)
                       ("error", task_id, cause, traceback_text)
 
@@ -25,6 +25,8 @@ from typing import Any
 
 from croupier.compute.base import MAX_RESULT_BYTES
 from croupier.compute.context import TaskContext
+from croupier.compute.prefetch import PrefetchCache
+from croupier.storage import open_backend
 from croupier.storage.backend import Backend
 
 MEMORY_EXIT_CODE = 86
@@ -81,6 +83,7 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
     watch = _MemoryWatch(memory_budget)
     watch.start()
     backends: dict[str, Backend] = {}
+    upcoming: PrefetchCache | None = None
     while True:
         try:
             message = conn.recv()
@@ -88,13 +91,26 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
             return
         if message is None:
             return
-        conn.send(_run_task(message, watch, backends))
+        task_id, fn, args, config, next_id, next_inputs = message
+        current = upcoming if upcoming is not None and upcoming.task_id == task_id else None
+        upcoming = None
+        if next_id is not None and next_inputs:
+            upcoming = PrefetchCache(memory_budget // 4)
+            upcoming.prepare(next_id, next_inputs, lambda url, config=config: _backend(backends, url, config))
+        conn.send(_run_task((task_id, fn, args, config), watch, backends, current))
 
 
-def _run_task(message: tuple[Any, ...], watch: _MemoryWatch, backends: dict[str, Backend]) -> tuple[Any, ...]:
+def _backend(backends: dict[str, Backend], url: str, config: Any) -> Backend:
+    backend = backends.get(url)
+    if backend is None:
+        backend = backends[url] = open_backend(url, config)
+    return backend
+
+
+def _run_task(message: tuple[Any, ...], watch: _MemoryWatch, backends: dict[str, Backend], prefetch: PrefetchCache | None = None) -> tuple[Any, ...]:
     """Run one task and build the reply; exceptions become an "error" reply with the traceback."""
     task_id, fn, args, config = message
-    ctx = TaskContext(task_id, config, backends=backends)
+    ctx = TaskContext(task_id, config, backends=backends, prefetch=prefetch)
     reset_peak_rss()
     started = time.perf_counter()
     try:

@@ -285,7 +285,7 @@ def sort(
         shares = plan_pieces(objects, p, rows)
         split_a, split_b = partition.choose_splitters(samples[0], samples[1], p)
         splitters = (split_a.tobytes(), split_b.tobytes())
-        map_tasks = [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding)) for m in range(p)]
+        map_tasks = [Task(f"map-{m}", map_share, (input_url, shares[m], splitters, shuffle_url, plan, m, encoding), inputs=_share_inputs(input_url, shares[m])) for m in range(p)]
         if config.reducers == "eager" and plan.levels == 1 and not plan.combine:
             reduce_tasks = [
                 Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, None, encoding, output_url, staging + out_keys[r], out_format), after=(tuple(t.id for t in map_tasks), config.eager_after))
@@ -302,14 +302,22 @@ def sort(
         shuffle_bytes = sum(r.value[1] for r in written)
         for level in range(1, plan.levels):
             ranges = [r.value[0] for r in written]
-            tasks = [Task(f"level{level + 1}-{w}", exchange_level, (shuffle_url, plan, level, w, ranges_for(plan, level - 1, w, ranges), encoding)) for w in range(p)]
+            tasks = [
+                Task(f"level{level + 1}-{w}", exchange_level, (shuffle_url, plan, level, w, ranges_for(plan, level - 1, w, ranges), encoding), inputs=_level_inputs(shuffle_url, plan, level - 1, w, ranges_for(plan, level - 1, w, ranges)))
+                for w in range(p)
+            ]
             written = run.stage(f"level-{level + 1}", tasks)
         ranges = [r.value[0] for r in written]
         if not reduce_results:
             reduce_results = run.stage(
                 "reduce",
                 [
-                    Task(f"reduce-{r}", reduce_partition, (shuffle_url, plan, r, ranges_for(plan, plan.levels - 1, r, ranges), encoding, output_url, staging + out_keys[r], out_format))
+                    Task(
+                        f"reduce-{r}",
+                        reduce_partition,
+                        (shuffle_url, plan, r, ranges_for(plan, plan.levels - 1, r, ranges), encoding, output_url, staging + out_keys[r], out_format),
+                        inputs=_level_inputs(shuffle_url, plan, plan.levels - 1, r, ranges_for(plan, plan.levels - 1, r, ranges)),
+                    )
                     for r in range(p)
                 ],
             )
@@ -331,6 +339,20 @@ def sort(
         out.delete_prefix(staging)  # parts of a failed run never left the staging prefix
         report = run.finish()
     return report
+
+
+def _share_inputs(url: str, share: list[Piece]) -> tuple[tuple[str, str, int | None, int | None], ...]:
+    """What a map task reads (for look-ahead prefetch): gensort byte ranges, whole Parquet objects."""
+    return tuple((url, p.key, p.start * RECORD_SIZE, p.stop * RECORD_SIZE) if p.fmt == "gensort" else (url, p.key, None, None) for p in share)
+
+
+def _level_inputs(url: str, plan: ExchangePlan, level: int, worker: int, ranges: list[tuple[int, int]] | None) -> tuple[tuple[str, str, int | None, int | None], ...]:
+    """What a receiver at ``level`` reads (for look-ahead prefetch)."""
+    out = []
+    for i, read in enumerate(plan.reads(level, worker)):
+        start, end = ranges[i] if read.ranged and ranges is not None else (None, None)
+        out.append((url, read.key, start, end))
+    return tuple(out)
 
 
 def _bind(plan: ExchangePlan | None, workers: int | None, data_bytes: int, shuffle_url: str, config: Config, objective: str, budget: float | None, run: Run):  # type: ignore[no-untyped-def]

@@ -25,6 +25,8 @@ class KindStats:
     bytes: int = 0
     retries: int = 0
     seconds: float = 0.0
+    prefetched: int = 0
+    prefetched_seconds: float = 0.0
 
     def add(self, other: KindStats) -> None:
         """Add ``other``'s counters into this one."""
@@ -32,6 +34,8 @@ class KindStats:
         self.bytes += other.bytes
         self.retries += other.retries
         self.seconds += other.seconds
+        self.prefetched += other.prefetched
+        self.prefetched_seconds += other.prefetched_seconds
 
 
 @dataclass
@@ -51,6 +55,14 @@ class IOStats:
             stats.requests += requests
             stats.bytes += nbytes
             stats.seconds += seconds
+
+    def record_prefetched(self, kind: str, seconds: float) -> None:
+        """Mark one counted request of ``kind`` as served by look-ahead prefetch (``seconds`` it took
+        in the background, while the function was busy with its previous task)."""
+        with _LOCK:
+            stats = self.kinds.setdefault(kind, KindStats())
+            stats.prefetched += 1
+            stats.prefetched_seconds += seconds
 
     def record_retry(self, kind: str) -> None:
         """Count one retried attempt of a ``kind`` request."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from croupier.config import RetryPolicy
 from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
 from croupier.storage.stats import IOStats
+
+if TYPE_CHECKING:
+    from croupier.compute.prefetch import PrefetchCache
 
 T = TypeVar("T")
 
@@ -43,8 +46,10 @@ class Store:
         stats: IOStats | None = None,
         prefix: str = "",
         sleep: Callable[[float], None] = time.sleep,
+        prefetch: PrefetchCache | None = None,
     ) -> None:
         self.backend = backend
+        self.prefetch = prefetch
         self.retry = retry
         self.stats = stats if stats is not None else IOStats()
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
@@ -58,7 +63,7 @@ class Store:
 
     def sub(self, prefix: str) -> Store:
         """Return a view rooted at ``prefix`` below this one; it shares backend and counters."""
-        return Store(self.backend, self.retry, self.stats, self.prefix + prefix.strip("/"), self._sleep)
+        return Store(self.backend, self.retry, self.stats, self.prefix + prefix.strip("/"), self._sleep, self.prefetch)
 
     def put(self, key: str, data: Buffer | Sequence[Buffer]) -> None:
         """Store ``data`` (one buffer, or a list/tuple of parts to concatenate) at ``key`` atomically.
@@ -73,13 +78,30 @@ class Store:
 
     def get(self, key: str) -> Buffer:
         """Return the whole object at ``key``."""
+        hit = self._prefetched(key, None, None)
+        if hit is not None:
+            return hit
         return self._run("GET", key, lambda: self.backend.get(self.prefix + key), _nbytes)
 
     def get_range(self, key: str, start: int, end: int) -> Buffer:
         """Return bytes [start, end) of the object at ``key`` (one ranged GET)."""
         if start < 0 or end < start:
             raise StorageError(f"invalid byte range [{start}, {end}) for {self.url}/{key}")
+        hit = self._prefetched(key, start, end)
+        if hit is not None:
+            return hit
         return self._run("GET_RANGE", key, lambda: self.backend.get_range(self.prefix + key, start, end), _nbytes)
+
+    def _prefetched(self, key: str, start: int | None, end: int | None) -> Buffer | None:
+        """Bytes look-ahead prefetch already fetched for this request (counted as the request)."""
+        if self.prefetch is None:
+            return None
+        fetched = self.prefetch.take(self.backend.url, self.prefix + key, start, end)
+        if fetched is None:
+            return None
+        self.stats.record(fetched.kind, _nbytes(fetched.data), seconds=fetched.seconds)
+        self.stats.record_prefetched(fetched.kind, fetched.seconds)
+        return fetched.data
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
         """Return several byte ranges of one object, fetched concurrently (one ranged GET each)."""
