@@ -294,3 +294,41 @@ def test_prefetch_serves_next_tasks_without_changing_request_counts(store_env: t
         else:
             assert served == 0
     assert counts[True] == counts[False]
+
+
+# --- bad input and Ctrl-C ------------------------------------------------------------------------------
+
+
+def test_unsortable_key_type_is_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from croupier.errors import InputError, TaskError
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(pa.table({"key": [[1, 2], [3]], "payload": [b"x" * 90, b"y" * 90]}), inp / "lists.parquet")
+    with pytest.raises((InputError, TaskError), match=r"lists.parquet: column 'key' has type list<element: int64>.*expected binary"):
+        sort(inp.as_uri(), (tmp_path / "out").as_uri(), 2, Config(concurrency=2))
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").rglob("*")) == []
+
+
+def test_ctrl_c_during_a_sort_leaves_nothing_behind(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    config = Config(concurrency=2)
+    inp, out = (tmp_path / "in").as_uri(), tmp_path / "out"
+    gensort(inp, 200_000_000, 4, config)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "croupier.cli", "--concurrency", "2", "sort", inp, out.as_uri(), "--workers", "16"], env=env, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(out.glob("_croupier_tmp/*/*/*")):
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sort ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert [p for p in out.rglob("*") if p.is_file()] == []

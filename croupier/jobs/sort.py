@@ -297,6 +297,7 @@ def sort(
         else:
             written = run.stage("map", map_tasks)
             reduce_results = []
+            run.report.summary["reducers"] = "lazy: started after every mapper finished"
             if config.reducers == "eager":
                 run.report.summary["reducers"] = f"lazy: eager reducers need the direct exchange without write combining, not {plan.name}"
         shuffle_bytes = sum(r.value[1] for r in written)

@@ -97,6 +97,8 @@ def write_records(records: np.ndarray, fmt: str) -> Buffer:
 def key_bytes(table: pa.Table, where: str) -> np.ndarray:
     """The ``key`` column of a table as ``(n, 10)`` uint8 (the payload is never decoded)."""
     column = table.column("key")
+    if not (pa.types.is_binary(column.type) or pa.types.is_fixed_size_binary(column.type) or pa.types.is_large_binary(column.type)):
+        raise InputError(f"{where}: column 'key' has type {column.type}, which cannot be sorted as a TeraSort key; expected binary of {KEY_SIZE} bytes")
     flat = np.concatenate([fixed_binary_bytes(c) for c in column.chunks]) if column.num_chunks else np.empty(0, np.uint8)
     if len(flat) != table.num_rows * KEY_SIZE:
         raise InputError(f"{where}: column 'key' values are not all {KEY_SIZE} bytes long")
