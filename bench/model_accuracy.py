@@ -43,9 +43,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import default_dir, s3_config  # noqa: E402
 
 
-
-
-
 def confirm(run, chosen, best, times: int) -> float:  # type: ignore[no-untyped-def]
     """Median over ``times`` interleaved pairs of (time of the choice / time of the grid's best)."""
     return float(np.median([run(chosen) / run(best) for _ in range(times)]))

@@ -30,6 +30,7 @@ from croupier.units import parse_size
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import default_dir  # noqa: E402
 
+
 def profile(label: str, fn, *args) -> None:  # type: ignore[no-untyped-def]
     """Run ``fn(*args)`` under cProfile; print its wall time and the functions with most own time."""
     prof = cProfile.Profile()

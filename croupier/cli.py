@@ -72,13 +72,18 @@ def _guard(fn: F) -> F:
 @click.option("--s3-anonymous", is_flag=True, default=False, help="Send unsigned S3 requests.")
 @click.option("--profile", "profile_name", default=None, help="Storage profile for the selector (file from `croupier calibrate`, or a shipped name).")
 @click.option("--max-workers", type=int, default=None, help="Largest P the selector may choose.")
+@click.option("--executor", type=click.Choice(["local", "lithops"]), default=None, help="Where functions run: local processes (default) or Lithops.")
+@click.option("--lithops-config", default=None, help="Lithops configuration file (default: Lithops' own lookup).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
 @click.pass_context
-def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, progress: bool | None, verbose: bool) -> None:
+def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, executor: str | None, lithops_config: str | None, progress: bool | None, verbose: bool) -> None:
     """Croupier: serverless-style data analytics through object storage."""
     try:
-        config = Config.from_env(concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress, profile=profile_name, max_workers=max_workers)
+        config = Config.from_env(
+            concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress,
+            profile=profile_name, max_workers=max_workers, executor=executor, lithops_config=lithops_config,
+        )  # fmt: skip
     except (CroupierError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     if s3_endpoint:

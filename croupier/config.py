@@ -119,6 +119,10 @@ class Config:
                          None turns speculation off
     faults:              inject storage faults into every store of the run (tests, chaos runs);
                          see croupier.storage.faults.FaultSpec
+    executor:            "local" (worker processes on this machine) or "lithops" (serverless
+                         functions through Lithops, see croupier.compute.lithops_executor)
+    lithops_config:      Lithops configuration: a file path, or None for Lithops' own lookup
+                         (LITHOPS_CONFIG_FILE, ~/.lithops/config)
     prefetch:            look-ahead prefetch: a function fetches its next task's inputs while it
                          runs the current one (see croupier.compute.prefetch)
     reducers:            "lazy": a sort's reducers start after all mappers; "eager": once
@@ -142,6 +146,8 @@ class Config:
     exchange_buckets: int = 64
     speculation: Any = field(default_factory=lambda: _default_speculation())
     faults: Any = None
+    executor: str = "local"
+    lithops_config: Any = None
     prefetch: bool = True
     reducers: str = "lazy"
     eager_after: float = 0.25
@@ -153,6 +159,8 @@ class Config:
             raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
         if self.reducers not in ("lazy", "eager") or not 0.0 <= self.eager_after <= 1.0:
             raise ConfigError(f"reducers must be 'lazy' or 'eager' and eager_after in [0, 1], got {self.reducers!r}, {self.eager_after}")
+        if self.executor not in ("local", "lithops"):
+            raise ConfigError(f"executor must be 'local' or 'lithops', got {self.executor!r}")
         if self.exchange_buckets < 1:
             raise ConfigError(f"exchange_buckets must be at least 1, got {self.exchange_buckets}")
         if self.intermediate_format not in ("auto", "raw", "arrow-lz4", "arrow-zstd", "arrow"):
@@ -164,7 +172,9 @@ class Config:
         """The storage profile for exchanges through ``shuffle_url``."""
         from croupier.model.profile import StorageProfile
 
-        return StorageProfile.load(self.profile or default_profile_name(shuffle_url, self.s3))
+        profile = StorageProfile.load(self.profile or default_profile_name(shuffle_url, self.s3))
+        # the functions are this run's: their memory bounds the selector's smallest P (and prices GB-s)
+        return replace(profile, function_memory=self.function_memory)
 
     def shuffle_encoding(self, shuffle_url: str) -> str:
         """The encoding of shuffle objects stored under ``shuffle_url`` ("auto" resolved)."""
@@ -183,6 +193,8 @@ class Config:
             values["function_memory"] = parse_size(env["CROUPIER_FUNCTION_MEMORY"])
         if env.get("CROUPIER_TMP"):
             values["tmp_url"] = env["CROUPIER_TMP"]
+        if env.get("CROUPIER_EXECUTOR"):
+            values["executor"] = env["CROUPIER_EXECUTOR"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

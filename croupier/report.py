@@ -24,6 +24,8 @@ class StageReport:
     peak_rss: int = 0
     retried_tasks: int = 0
     backup_wins: int = 0
+    #: (task id, asked for, started), seconds after the first request: serverless invocation timeline
+    invocations: list[tuple[str, float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -39,6 +41,7 @@ class StageReport:
             "task_seconds": round(self.task_seconds, 4),
             "slowest_task_seconds": round(self.slowest_task_seconds, 4),
             "backup_wins": self.backup_wins,
+            "invocations": [[t, round(a, 4), round(b, 4)] for t, a, b in self.invocations],
             "peak_rss": self.peak_rss,
             "retried_tasks": self.retried_tasks,
         }
@@ -102,6 +105,15 @@ class RunReport:
             )
         if self.io.retries:
             lines.append(f"retried requests: {self.io.retries}")
+        for stage in self.stages:
+            if stage.invocations:
+                asked = max(a for _, a, _ in stage.invocations)
+                started = max(b for _, _, b in stage.invocations)
+                delays = sorted(b - a for _, a, b in stage.invocations)
+                lines.append(
+                    f"invocation of {stage.name}: {len(stage.invocations)} functions asked for within {asked:.2f} s, "
+                    f"all started within {started:.2f} s (start delay median {delays[len(delays) // 2]:.2f} s, max {delays[-1]:.2f} s)"
+                )
         prefetched = sum(k.prefetched for k in self.io.kinds.values())
         if prefetched:
             ahead = sum(k.prefetched_seconds for k in self.io.kinds.values())

@@ -95,3 +95,13 @@ class SeaweedFS:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def square_task(ctx, x: int) -> int:  # type: ignore[no-untyped-def]
+    """A trivial task (x*x), importable wherever Croupier is installed (e.g. in a Lithops runtime)."""
+    return x * x
+
+
+def failing_task(ctx, message: str) -> None:  # type: ignore[no-untyped-def]
+    """A task that always fails with ``message``."""
+    raise ValueError(message)

@@ -8,9 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from croupier.cli import main
-from croupier.storage import open_store
 from croupier.config import Config
-
+from croupier.storage import open_store
 
 TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "cli-test", "AWS_SECRET_ACCESS_KEY": "cli-test-secret"}
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from croupier.errors import ConfigError
-from croupier.frame import col, count, lit, when
 from croupier.expr import Expr, conjoin, conjuncts, dtype_name, may_match
+from croupier.frame import col, count, lit, when
 
 DF = pl.DataFrame(
     {

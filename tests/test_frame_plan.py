@@ -8,14 +8,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from croupier.dag.exchange import ObjectRef, bucket_range, decode_piece, encode_buckets, hash_buckets, range_buckets, sort_keys
+from croupier.config import Config
+from croupier.dag.exchange import (
+    ObjectRef,
+    bucket_range,
+    decode_piece,
+    encode_buckets,
+    hash_buckets,
+    range_buckets,
+    sort_keys,
+)
 from croupier.dag.operators import run_pipeline
 from croupier.dag.scan import ScanSpec
 from croupier.errors import ConfigError
 from croupier.frame import LazyFrame, col, count
 from croupier.frame.logical import Aggregate, Filter, Join, Node, Project, Scan
 from croupier.frame.optimize import optimize
-from croupier.config import Config
 
 ORDERS = pl.Schema({"o_orderkey": pl.Int64, "o_custkey": pl.Int64, "o_date": pl.Date, "o_price": pl.Float64, "o_comment": pl.String})
 CUSTOMER = pl.Schema({"c_custkey": pl.Int64, "c_name": pl.String, "c_nation": pl.Int32, "c_comment": pl.String})

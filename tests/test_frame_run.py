@@ -13,7 +13,7 @@ import pytest
 
 import croupier.frame as cf
 from croupier.config import Config
-from croupier.dag.operators import AggSpec, Aggregate, Filter
+from croupier.dag.operators import Aggregate, AggSpec, Filter
 from croupier.dag.runner import run_job
 from croupier.dag.scan import ScanSpec
 from croupier.dag.stage import HashSink, ScanInput, Stage, StageInput

@@ -50,6 +50,7 @@ class TaskResult:
     started: float = 0.0
     finished: float = 0.0
     backup: bool = False
+    requested: float = 0.0
 
     @property
     def io(self) -> IOStats:

@@ -107,7 +107,7 @@ def _backend(backends: dict[str, Backend], url: str, config: Any) -> Backend:
     return backend
 
 
-def _run_task(message: tuple[Any, ...], watch: _MemoryWatch, backends: dict[str, Backend], prefetch: PrefetchCache | None = None) -> tuple[Any, ...]:
+def _run_task(message: tuple[Any, ...], watch: _MemoryWatch | None, backends: dict[str, Backend], prefetch: PrefetchCache | None = None) -> tuple[Any, ...]:
     """Run one task and build the reply; exceptions become an "error" reply with the traceback."""
     task_id, fn, args, config = message
     ctx = TaskContext(task_id, config, backends=backends, prefetch=prefetch)
@@ -124,4 +124,4 @@ def _run_task(message: tuple[Any, ...], watch: _MemoryWatch, backends: dict[str,
         return ("error", task_id, cause, traceback.format_exc(), type(exc).__name__)
     seconds = time.perf_counter() - started
     channels = {name: stats.to_dict() for name, stats in ctx.channels.items()}
-    return ("ok", task_id, value, channels, seconds, watch.check())
+    return ("ok", task_id, value, channels, seconds, watch.check() if watch is not None else peak_rss_bytes())

@@ -15,7 +15,6 @@ import polars as pl
 
 from croupier.expr import Expr
 
-
 #: Aggregation functions a stage can run, by name.
 AGG_FUNCTIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len")
 

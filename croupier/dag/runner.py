@@ -21,7 +21,17 @@ import polars as pl
 from croupier.compute.base import Task, TaskResult
 from croupier.dag.exchange import ObjectRef, bucket_range, read_pieces
 from croupier.dag.operators import run_pipeline
-from croupier.dag.scan import ScanSpec, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, projected, resolve
+from croupier.dag.scan import (
+    ScanSpec,
+    byte_splits,
+    check_gensort,
+    csv_schema,
+    gensort_schema,
+    parquet_schema,
+    parquet_splits,
+    projected,
+    resolve,
+)
 from croupier.dag.stage import (
     ExchangeRead,
     HashSink,

@@ -34,11 +34,19 @@ import numpy as np
 import polars as pl
 
 from croupier.compute.context import TaskContext
-from croupier.dag.exchange import COMPRESSION, ObjectRef, Piece, hash_buckets, range_buckets, read_pieces, sort_keys, write_buckets
+from croupier.dag.exchange import (
+    COMPRESSION,
+    ObjectRef,
+    Piece,
+    hash_buckets,
+    range_buckets,
+    read_pieces,
+    sort_keys,
+    write_buckets,
+)
 from croupier.dag.operators import Operator, run_pipeline
 from croupier.dag.scan import ScanSpec, Split, read_split
 from croupier.errors import ConfigError
-
 from croupier.expr import Expr
 
 MODES = ("partition", "all", "object")

@@ -257,6 +257,7 @@ class LazyFrame:
     def _run(self, sink: Any, config: Config | None, executor: Executor | None, read: bool) -> tuple[pl.DataFrame | None, StageOutput]:
         config = config or self.config
         run = Run("query", config, executor)
+        config = run.config  # the executor's platform limits (e.g. Lithops) included
         runner = DagRunner(run, f"{self._tmp_base(config)}/_croupier_tmp/{run.run_id}")
         compiler = Compiler(runner, config)
         result = QueryResult()

@@ -11,7 +11,9 @@ from typing import Any
 
 import polars as pl
 
-from croupier.dag.operators import AggSpec, Aggregate as AggregateOp, Filter as FilterOp, HashJoin, Operator, Select, WithColumns, run_pipeline
+from croupier.dag.operators import Aggregate as AggregateOp
+from croupier.dag.operators import AggSpec, HashJoin, Operator, Select, WithColumns, run_pipeline
+from croupier.dag.operators import Filter as FilterOp
 from croupier.dag.scan import ScanSpec, projected
 from croupier.errors import ConfigError
 from croupier.expr import AGGREGATIONS, Agg, Alias, Col, Expr

@@ -41,6 +41,7 @@ def broadcast(input_url: str, input_keys: list[str], work_url: str, plan: Broadc
     if len(input_keys) != plan.topology.workers:
         raise ValueError(f"{len(input_keys)} inputs for a broadcast among {plan.topology.workers} workers")
     run = Run("broadcast", config, executor)
+    config = run.config  # the executor's platform limits (e.g. Lithops) included
     fmt = config.shuffle_encoding(work_url)
     try:
         results: list[tuple[int, int]] = []

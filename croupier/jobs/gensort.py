@@ -42,6 +42,7 @@ def gensort(
         raise ValueError(f"parts must be >= 1, got {parts}")
     records = size // RECORD_SIZE
     run = Run("gensort", config, executor)
+    config = run.config  # the executor's platform limits (e.g. Lithops) included
     out = run.store(output_url)
     staging = f"{STAGING}/{run.run_id}/out/"
     try:

@@ -22,6 +22,17 @@ from croupier.report import RunReport, StageReport
 from croupier.storage import IOStats, Store, open_store
 
 
+def make_executor(config: Config) -> Executor:
+    """The executor ``config.executor`` names: local worker processes, or Lithops."""
+    if config.executor == "lithops":
+        from croupier.compute.lithops_executor import LithopsExecutor
+
+        return LithopsExecutor(config, config.lithops_config)
+    from croupier.compute.local import LocalExecutor
+
+    return LocalExecutor(config)
+
+
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus random suffix."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
@@ -45,10 +56,11 @@ class Run:
         self.driver_io = IOStats()
         self._own_executor = executor is None
         if executor is None:
-            from croupier.compute.local import LocalExecutor
-
-            executor = LocalExecutor(config)
+            executor = make_executor(config)
         self.executor = executor
+        tune = getattr(executor, "tune", None)
+        if tune is not None:  # a serverless platform sets concurrency, max_workers, function memory
+            self.config = config = tune(config)
         self._stores: dict[str, Store] = {}
         self._started = time.perf_counter()
 
@@ -83,6 +95,10 @@ class Run:
             report.peak_rss = max(report.peak_rss, result.peak_rss)
             report.retried_tasks += result.attempts > 1
             report.backup_wins += result.backup
+        asked = [r.requested for r in results if r.requested]
+        if asked:
+            zero = min(asked)
+            report.invocations = [(r.task_id, r.requested - zero, r.started - zero) for r in results]
         self.report.stages.append(report)
         return report
 

@@ -268,6 +268,7 @@ def sort(
     if plan is not None and workers is not None and plan.workers != workers:
         raise ConfigError(f"exchange topology {plan.topology} has {plan.workers} workers, not {workers}")
     run = Run("sort", config, executor)
+    config = run.config  # the executor's platform limits (e.g. Lithops) included
     shuffle_url = run.tmp_url(output_url)
     out = run.store(output_url)
     encoding = config.shuffle_encoding(shuffle_url)

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from croupier.compute.base import Executor, Task
 from croupier.compute.context import TaskContext
@@ -22,14 +24,11 @@ from croupier.config import Config
 from croupier.errors import InputError
 from croupier.jobs.common import list_inputs, read_manifest
 from croupier.jobs.runtime import Run
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from croupier.ops.formats import detect_format, read_records, records_from_table
-from croupier.storage.rangefile import RangeFile
 from croupier.ops.records import RECORD_SIZE, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
 from croupier.report import RunReport
 from croupier.storage import ObjectInfo, Store
+from croupier.storage.rangefile import RangeFile
 
 CHUNK_RECORDS = 1 << 19  # 52 MB of records per ranged read
 
@@ -140,6 +139,7 @@ def _output_objects(store: Store) -> list[ObjectInfo]:
 def valsort(output_url: str, config: Config, input_url: str | None = None, executor: Executor | None = None) -> tuple[ValsortResult, RunReport]:
     """Validate the sorted output under ``output_url`` (against ``input_url`` when given)."""
     run = Run("valsort", config, executor)
+    config = run.config  # the executor's platform limits (e.g. Lithops) included
     try:
         outputs = _output_objects(run.store(output_url))
         tasks = [Task(f"validate-{i}", summarise_object, (output_url, o, True)) for i, o in enumerate(outputs)]

@@ -24,8 +24,8 @@ import numpy as np
 
 from croupier.compute.base import Task
 from croupier.compute.context import TaskContext
-from croupier.compute.local import LocalExecutor
 from croupier.config import Config
+from croupier.jobs.runtime import make_executor
 from croupier.model.profile import Curve, Prices, StorageProfile
 from croupier.storage import open_store
 from croupier.units import parse_size
@@ -67,7 +67,7 @@ def measure_io(url: str, config: Config, sizes: list[int], workers: list[int], b
     results: dict[str, dict[tuple[int, int], float]] = {"read": {}, "write": {}}
     store = open_store(url, config)
     for p in workers:
-        with LocalExecutor(config.with_(concurrency=p)) as ex:
+        with make_executor(config.with_(concurrency=p)) as ex:
             ex.map([Task(f"warm-{i}", _noop) for i in range(p)])
             for size in sizes:
                 count = max(2, min(200, budget // size))
@@ -96,7 +96,7 @@ def fit_curve(points: dict[tuple[int, int], float], sizes: list[int]) -> tuple[C
 def measure_startup(config: Config) -> tuple[float, float]:
     """(t0, t1): seconds of a stage of one wave of empty tasks, and per extra wave."""
     c = config.concurrency
-    with LocalExecutor(config) as ex:
+    with make_executor(config) as ex:
         ex.map([Task(f"warm-{i}", _noop) for i in range(c)])
         timings = []
         for waves in (1, 8):
@@ -178,7 +178,7 @@ def fit_exchanges(url: str, config: Config, profile: StorageProfile) -> StorageP
 
     unit = replace(profile, io_scale=1.0, compute_scale=1.0, startup_seconds=0.0, wave_seconds=0.0)
     rows, measured = [], []
-    with LocalExecutor(config) as executor:
+    with make_executor(config) as executor:
         for size, p, groups, combine in FIT_RUNS:
             gensort(f"{url}/fit-in", size, 2, config, overwrite=True, executor=executor)
             plan = ExchangePlan(Topology(groups), combine)

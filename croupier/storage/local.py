@@ -11,9 +11,9 @@ import errno
 import os
 import uuid
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
-from typing import Sequence
 
 from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
