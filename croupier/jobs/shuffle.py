@@ -61,12 +61,12 @@ def read_level(store: Store, plan: ExchangePlan, level: int, worker: int, ranges
             return get_when_ready(store, read.key, wait, ranges[i])
         return get_when_ready(store, read.key, wait)
 
-    with ThreadPoolExecutor(min(FETCH_THREADS, len(reads))) as pool:
-        blobs = list(pool.map(fetch, range(len(reads))))
     blocks: Blocks = defaultdict(list)
-    for read, blob in zip(reads, blobs):
-        for partition, records in segments.decode(blob, fmt, f"{store.url}/{read.key}"):
-            blocks[partition].append(records)
+    with ThreadPoolExecutor(min(FETCH_THREADS, len(reads))) as pool:
+        # look-ahead within the task: later inputs are in flight while this one is decoded
+        for read, blob in zip(reads, pool.map(fetch, range(len(reads)))):
+            for partition, records in segments.decode(blob, fmt, f"{store.url}/{read.key}"):
+                blocks[partition].append(records)
     return blocks
 
 
