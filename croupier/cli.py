@@ -122,22 +122,26 @@ def gensort_cmd(ctx: click.Context, out: str, size: int, parts: int | None, seed
 @click.option("--budget", type=float, default=None, help="Most a run may cost (USD) when minimising time.")
 @click.option("--levels", type=int, default=None, help="Use the fewest-edges topology with this many levels.")
 @click.option("--write-combining", is_flag=True, help="One exchange object per worker per level; receivers read byte ranges.")
+@click.option("--algorithm", type=click.Choice(["direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc"]), default=None, help="Fix the exchange algorithm; the selector still picks P and the topology.")
 @click.option("--reducers", type=click.Choice(["lazy", "eager"]), default="lazy", show_default=True, help="eager: start reducers once 25% of mappers finished (direct exchange).")
 @click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
 @click.option("--report", "report_path", default=None, help="Also write the run report as JSON here.")
 @click.pass_context
 @_guard
-def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, objective: str, budget: float | None, levels: int | None, write_combining: bool, reducers: str, overwrite: bool, report_path: str | None) -> None:
+def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int | None, out_format: str, topology: str | None, objective: str, budget: float | None, levels: int | None, write_combining: bool, algorithm: str | None, reducers: str, overwrite: bool, report_path: str | None) -> None:
     """Sort the records under IN by key into OUT (part-00000, part-00001, ... in key order).
 
     By default P and the exchange algorithm are chosen at run time from the measured data size and
-    the store's profile; --workers fixes P, --topology/--levels/--write-combining fix the algorithm.
+    the store's profile; --workers fixes P, --algorithm fixes the algorithm (the selector picks P),
+    --topology/--levels/--write-combining fix the exact plan.
     """
     from croupier.jobs.sort import sort
 
     config = _config(ctx).with_(reducers=reducers)
     plan = _plan(workers, topology, levels, write_combining)
-    report = sort(input_url, output_url, plan.workers if plan else workers, config, out_format, overwrite, plan=plan, objective=objective, budget=budget)
+    if algorithm and plan is not None:
+        raise click.UsageError("give --algorithm, or --topology/--levels/--write-combining, not both")
+    report = sort(input_url, output_url, plan.workers if plan else workers, config, out_format, overwrite, plan=plan, objective=objective, budget=budget, algorithm=algorithm)
     _emit(report, report_path)
 
 

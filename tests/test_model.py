@@ -171,3 +171,12 @@ def test_first_touch_term_favours_smaller_tasks() -> None:
     touch = lambda pred: sum(t.seconds for s in pred.stages for t in s.terms if t.name == "first-touch memory")  # noqa: E731
     assert touch(large) == pytest.approx(2 * 10**9 / 2 * 1e-9)  # D/P per stage, two stages
     assert touch(small) == pytest.approx(touch(large) / 8)
+
+
+def test_selector_can_be_held_to_one_algorithm() -> None:
+    profile = toy_profile()
+    choice = choose(400_000_000, profile, algorithm="2-level+wc", max_workers=64)
+    assert {c.plan.family for c in choice.candidates} == {"2-level+wc"}
+    assert choice.best.plan.family == "2-level+wc"
+    with pytest.raises(ConfigError, match="no '4-level' exchange"):
+        choose(400_000_000, profile, algorithm="4-level", max_workers=64)

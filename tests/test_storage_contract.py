@@ -149,3 +149,18 @@ def test_local_keys_cannot_escape_the_root(tmp_path) -> None:  # type: ignore[no
     store = open_store(str(tmp_path / "root"), Config())
     with pytest.raises(StorageError, match="invalid object key"):
         store.put("../outside", b"x")
+
+
+def test_delete_prefix_also_removes_partial_writes_of_killed_writers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from croupier.config import Config
+    from croupier.storage import open_store
+
+    store = open_store(tmp_path.as_uri(), Config())
+    store.put("run/a/x", b"1")
+    (tmp_path / "run" / "a" / ".croupier-partial-y.0123").write_bytes(b"half")  # what a SIGKILL mid-put leaves
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / ".croupier-partial-z.1").write_bytes(b"other")
+    assert [o.key for o in store.list("run/")] == ["run/a/x"]
+    assert store.delete_prefix("run/") == 1
+    assert not (tmp_path / "run").exists()
+    assert (tmp_path / "keep" / ".croupier-partial-z.1").exists()

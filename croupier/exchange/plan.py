@@ -73,6 +73,12 @@ class ExchangePlan:
         return base + ("+wc" if self.combine else "")
 
     @property
+    def family(self) -> str:
+        """The algorithm without its topology: "direct", "2-level", ... with "+wc"."""
+        base = "direct" if self.topology.levels == 1 else f"{self.topology.levels}-level"
+        return base + ("+wc" if self.combine else "")
+
+    @property
     def workers(self) -> int:
         return self.topology.workers
 

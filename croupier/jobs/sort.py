@@ -253,12 +253,14 @@ def sort(
     plan: ExchangePlan | None = None,
     objective: str = "time",
     budget: float | None = None,
+    algorithm: str | None = None,
 ) -> RunReport:
     """Sort the records under ``input_url`` into P output objects under ``output_url``.
 
     Late binding: a probe stage measures the shuffle volume D (records x 100 bytes) and samples
     keys; then P and the exchange plan are chosen by the selector from D and the store's profile,
-    unless given (``workers`` fixes P and leaves only the algorithm to choose; ``plan`` fixes both).
+    unless given (``workers`` fixes P and leaves only the algorithm to choose; ``algorithm``, e.g.
+    "direct+wc" or "2-level", fixes the family and leaves P and the topology; ``plan`` fixes both).
     Any plan gives the same output.
     """
     if workers is not None and workers < 1:
@@ -280,7 +282,7 @@ def sort(
         probe = plan.workers if plan else workers or max(1, min(len(objects), 4 * config.concurrency))
         rows, samples = _probe(run, input_url, objects, probe, plan.workers if plan else workers, seed)
         data_bytes = sum(rows) * RECORD_SIZE
-        plan, prediction = _bind(plan, workers, data_bytes, shuffle_url, config, objective, budget, run)
+        plan, prediction = _bind(plan, workers, data_bytes, shuffle_url, config, objective, budget, run, algorithm)
         p = plan.workers
         out_keys = [output_name(r, out_format) for r in range(p)]
         shares = plan_pieces(objects, p, rows)
@@ -357,7 +359,7 @@ def _level_inputs(url: str, plan: ExchangePlan, level: int, worker: int, ranges:
     return tuple(out)
 
 
-def _bind(plan: ExchangePlan | None, workers: int | None, data_bytes: int, shuffle_url: str, config: Config, objective: str, budget: float | None, run: Run):  # type: ignore[no-untyped-def]
+def _bind(plan: ExchangePlan | None, workers: int | None, data_bytes: int, shuffle_url: str, config: Config, objective: str, budget: float | None, run: Run, algorithm: str | None = None):  # type: ignore[no-untyped-def]
     """Late binding: choose P and the plan from the measured D (unless given); record the choice."""
     from croupier.model.perf import predict
     from croupier.model.selector import choose
@@ -367,7 +369,7 @@ def _bind(plan: ExchangePlan | None, workers: int | None, data_bytes: int, shuff
         prediction = predict(plan, data_bytes, profile, config.concurrency)
         run.report.summary["selector"] = f"plan given: {plan.name}, P={plan.workers}"
         return plan, prediction
-    choice = choose(data_bytes, profile, objective, budget, workers=workers, concurrency=config.concurrency, max_workers=config.max_workers)
+    choice = choose(data_bytes, profile, objective, budget, workers=workers, concurrency=config.concurrency, max_workers=config.max_workers, algorithm=algorithm)
     run.report.summary["selector"] = choice.explain(rows=8)
     return choice.best.plan, choice.best
 

@@ -73,12 +73,17 @@ def choose(
     concurrency: int | None = None,
     max_workers: int | None = None,
     max_levels: int = 3,
+    algorithm: str | None = None,
 ) -> Choice:
-    """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given)."""
+    """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given; only plans of
+    the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given)."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     sizes = [workers] if workers else list(search_range(data_bytes, profile, max_workers))
-    candidates = [predict(plan, data_bytes, profile, concurrency) for p in sizes for plan in all_plans(p, max_levels)]
+    plans = [plan for p in sizes for plan in all_plans(p, max_levels) if algorithm is None or plan.family == algorithm]
+    if not plans:
+        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}; algorithms are direct, k-level (k <= {max_levels}), each with +wc")
+    candidates = [predict(plan, data_bytes, profile, concurrency) for plan in plans]
     pool = [c for c in candidates if budget is None or c.cost <= budget]
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)

@@ -60,6 +60,10 @@ class Backend(ABC):
         self.put(dst, [self.get(src)])
         self.delete([src])
 
+    def purge_partial(self, prefix: str) -> None:
+        """Remove leftovers of interrupted writes under ``prefix`` that listing does not show; S3
+        PUTs are all-or-nothing, so the default has nothing to do."""
+
     def close(self) -> None:
         """Release connections or handles; the default has none."""
 

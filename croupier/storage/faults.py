@@ -104,5 +104,8 @@ class FaultyBackend(Backend):
     def delete(self, keys: Sequence[str]) -> None:
         self._call("DELETE", keys[0] if keys else "", lambda: self.inner.delete(keys), write=True)
 
+    def purge_partial(self, prefix: str) -> None:
+        self.inner.purge_partial(prefix)
+
     def close(self) -> None:
         self.inner.close()

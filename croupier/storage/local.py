@@ -49,6 +49,9 @@ class LocalBackend(Backend):
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise _translate(exc, self.url, key) from exc
+        except BaseException:  # Ctrl-C mid-write: no partial file left behind
+            tmp.unlink(missing_ok=True)
+            raise
 
     def rename(self, src: str, dst: str) -> None:
         """Atomic move within the folder (``os.replace``)."""
@@ -121,6 +124,20 @@ class LocalBackend(Backend):
             folders.add(path.parent)
         for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
             _remove_empty_folders(folder, self._root)
+
+
+    def purge_partial(self, prefix: str) -> None:
+        """Remove what writers killed mid-write left under ``prefix`` (partial temp files), and
+        then-empty folders. Listing never shows these files, so deleting listed keys cannot."""
+        base_dir = self._root / prefix.rpartition("/")[0] if "/" in prefix else self._root
+        if not base_dir.is_dir():
+            return
+        for dirpath, _dirnames, filenames in os.walk(base_dir, topdown=False):
+            for name in filenames:
+                key = os.path.relpath(os.path.join(dirpath, name), self._root).replace(os.sep, "/")
+                if name.startswith(_TMP_MARK) and key.startswith(prefix):
+                    Path(dirpath, name).unlink(missing_ok=True)
+            _remove_empty_folders(Path(dirpath), self._root)
 
 
 def _remove_empty_folders(folder: Path, root: Path) -> None:

@@ -157,6 +157,7 @@ class Store:
         """Delete every object under ``prefix``; return how many there were."""
         keys = [o.key for o in self.list(prefix)]
         self.delete(keys)
+        self.backend.purge_partial(self.prefix + prefix)
         return len(keys)
 
     def close(self) -> None:
