@@ -100,9 +100,9 @@ def test_a_multi_stage_query_through_lithops(s3_config: Config, lithops_executor
 def test_two_level_invocation_and_retries(s3_config: Config, lithops_executor) -> None:  # type: ignore[no-untyped-def]
     tasks = [Task(f"t{i}", square_task, (i,)) for i in range(10)]  # >= 9: invoked through ~3 invokers
     results = lithops_executor.map(tasks)
-    assert lithops_executor.last_invokers == 3
+    assert lithops_executor.last_invokers == 3, lithops_executor.failures
     assert [r.value for r in results] == [i * i for i in range(10)]
-    assert all(r.requested and r.started >= r.requested - 1 for r in results)
+    assert all(r.requested and r.started >= r.requested - 1 for r in results), [(r.task_id, r.requested, r.started) for r in results]
     with pytest.raises(TaskError, match="boom"):
         lithops_executor.map([Task("bad", failing_task, ("boom",))])
     assert lithops_executor.last_invokers == 0

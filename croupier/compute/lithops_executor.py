@@ -70,8 +70,10 @@ class LithopsExecutor(Executor):
         self.two_level_from = two_level_from
         self._fexec = lithops.FunctionExecutor(config=lithops_config)
         self.timeline: list[tuple[str, float, float]] = []
-        #: invoker functions of the last call (0: the driver invoked every task itself)
+        #: invoker functions of the last map (0: the driver invoked every task itself)
         self.last_invokers = 0
+        #: causes of the failed calls of the last map (they were retried)
+        self.failures: list[str] = []
 
     # --- the platform's limits -------------------------------------------------------------------
     @property
@@ -99,6 +101,7 @@ class LithopsExecutor(Executor):
         if not tasks:
             return []
         task_config = config if config is not None else self.config
+        self.last_invokers, self.failures = 0, []
         results: dict[str, TaskResult] = {}
         attempts = dict.fromkeys((t.id for t in tasks), 0)
         todo = list(tasks)
@@ -117,6 +120,7 @@ class LithopsExecutor(Executor):
                         on_done(result)
                     continue
                 cause, trace, kind = _failure(reply)
+                self.failures.append(f"{task.id}: {cause}")
                 if attempts[task.id] < self.task_attempts and kind not in DETERMINISTIC_ERRORS:
                     retry.append(task)
                 else:
@@ -128,7 +132,7 @@ class LithopsExecutor(Executor):
         messages = [(t.id, t.fn, t.args, config) for t in tasks]
         if self.two_level_from and len(tasks) >= self.two_level_from:
             groups = max(2, round(math.sqrt(len(tasks))))
-            self.last_invokers = groups
+            self.last_invokers = max(self.last_invokers, groups)
             shares = [messages[i::groups] for i in range(groups)]
             futures = self._fexec.map(invoke_share, [(self.lithops_config, share) for share in shares])
             nested = self._fexec.get_result(futures, throw_except=False)
@@ -139,7 +143,6 @@ class LithopsExecutor(Executor):
                 for j, item in enumerate(share_result):
                     out[g + j * groups] = item
             return out
-        self.last_invokers = 0
         futures = self._fexec.map(run_in_function, [(m,) for m in messages])
         replies = self._fexec.get_result(futures, throw_except=False)
         return [(reply, f.stats.get("host_submit_tstamp", 0.0), f.stats.get("worker_start_tstamp", 0.0)) for reply, f in zip(replies, futures)]
