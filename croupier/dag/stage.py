@@ -36,7 +36,6 @@ import polars as pl
 from croupier.compute.context import TaskContext
 from croupier.dag.exchange import (
     COMPRESSION,
-    ObjectRef,
     Piece,
     hash_buckets,
     range_buckets,
@@ -240,7 +239,3 @@ def empty_output(sink: ParquetSink, schema: Mapping[str, Any]) -> bytes:
     buf = io.BytesIO()
     pl.DataFrame(schema=pl.Schema(schema)).write_parquet(buf)
     return buf.getvalue()
-
-
-def object_of(result: dict[str, Any]) -> ObjectRef:
-    return result["object"]  # type: ignore[no-any-return]

@@ -31,7 +31,7 @@ from croupier.config import Config
 from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
 from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, resolve
 from croupier.dag.stage import ParquetSink, PlainSink
-from croupier.errors import ConfigError, CroupierError
+from croupier.errors import ConfigError
 from croupier.expr import Col, Expr, wrap
 from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 from croupier.frame.optimize import optimize
@@ -364,5 +364,3 @@ def _walk(node: Node) -> Iterable[Node]:
     for child in node.children():
         yield from _walk(child)
 
-
-__all__ = ["CroupierError", "LazyFrame", "scan_csv", "scan_gensort", "scan_parquet"]

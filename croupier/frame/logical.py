@@ -6,8 +6,7 @@ empty Polars frames, so a plan that would fail on types fails when it is built, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -249,7 +248,6 @@ class Limit(Node):
 @dataclass(eq=False)
 class Distinct(Node):
     input: Node
-    extra: Any = field(default=None)
 
     def __post_init__(self) -> None:
         self.schema = self.input.schema
