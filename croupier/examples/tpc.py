@@ -28,10 +28,6 @@ TPCH_TABLES = ("lineitem", "orders", "customer", "supplier", "nation", "region",
 TPCDS_TABLES = ("store_returns", "date_dim", "store", "customer")
 
 
-def _revenue() -> object:
-    return col("l_extendedprice") * (1 - col("l_discount"))
-
-
 def q1(t: Tables) -> LazyFrame:
     disc = col("l_extendedprice") * (1 - col("l_discount"))
     return (
@@ -175,8 +171,6 @@ def ds_q1(t: Tables) -> LazyFrame:
 
 TPCH: dict[int, Callable[[Tables], LazyFrame]] = {1: q1, 3: q3, 5: q5, 6: q6, 10: q10, 12: q12, 18: q18}
 TPCDS: dict[int, Callable[[Tables], LazyFrame]] = {1: ds_q1}
-#: Whether a query's result order is defined (ORDER BY on a unique enough key) -> compare in order.
-ORDERED = {("tpch", 1), ("tpch", 3), ("tpch", 5), ("tpch", 10), ("tpch", 12), ("tpch", 18), ("tpcds", 1), ("tpch", 6)}
 
 
 # --- data and reference answers ---------------------------------------------------------------------
