@@ -57,6 +57,14 @@ class TaskResult:
         """All requests of the task, every channel together."""
         return IOStats.total(self.channels.values())
 
+    @classmethod
+    def from_reply(cls, reply: tuple[Any, ...], **fields: Any) -> TaskResult:
+        """Decode a function's ``("ok", task id, value, channels, seconds, peak RSS)`` reply
+        (see :mod:`croupier.compute.worker`); ``fields`` are the executor's own (worker, times...)."""
+        _, task_id, value, channels, seconds, peak = reply
+        io = {name: IOStats.from_dict(stats) for name, stats in channels.items()}
+        return cls(task_id, value, io, seconds, peak, **fields)
+
 
 class Executor(ABC):
     """Runs tasks as functions with a concurrency limit; one executor per run."""

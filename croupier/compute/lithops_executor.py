@@ -27,7 +27,6 @@ from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.local import DETERMINISTIC_ERRORS
 from croupier.config import Config
 from croupier.errors import ConfigError, TaskError
-from croupier.storage.stats import IOStats
 
 #: Lithops' default function memory when its configuration names none (MB).
 DEFAULT_MEMORY_MB = 1769
@@ -112,9 +111,7 @@ class LithopsExecutor(Executor):
                 attempts[task.id] += 1
                 self.timeline.append((task.id, asked, started))
                 if isinstance(reply, tuple) and reply and reply[0] == "ok":
-                    _, _tid, value, channels, seconds, peak = reply
-                    io = {name: IOStats.from_dict(stats) for name, stats in channels.items()}
-                    result = TaskResult(task.id, value, io, seconds, peak, -1, attempts[task.id], started, time.time(), requested=asked)
+                    result = TaskResult.from_reply(reply, attempts=attempts[task.id], started=started, finished=time.time(), requested=asked)
                     results[task.id] = result
                     if on_done is not None:
                         on_done(result)

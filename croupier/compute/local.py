@@ -29,7 +29,6 @@ from croupier.compute.speculation import choose_backups
 from croupier.compute.worker import MEMORY_EXIT_CODE, worker_main
 from croupier.config import Config
 from croupier.errors import TaskError
-from croupier.storage.stats import IOStats
 from croupier.units import format_bytes
 
 #: Exception types raised by tasks that would fail the same way again; never retried.
@@ -257,9 +256,7 @@ class LocalExecutor(Executor):
                 self._replace(worker)
             return None
         if reply is not None and reply[0] == "ok":
-            _, _tid, value, channels, seconds, peak = reply
-            io = {name: IOStats.from_dict(stats) for name, stats in channels.items()}
-            result = TaskResult(task.id, value, io, seconds, peak, worker.wid, attempt, started, time.time(), backup=backup)
+            result = TaskResult.from_reply(reply, worker=worker.wid, attempts=attempt, started=started, finished=time.time(), backup=backup)
             stage.results[task.id] = result
             stage.durations.append(result.finished - stage.first_started[task.id])
             self._stop_copies(task.id)

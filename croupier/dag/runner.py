@@ -249,8 +249,8 @@ class DagRunner:
         if stage.source.mode == "all":
             return [spec(0, self._read_all(source), dict(broadcast))]
         if stage.source.mode == "object":
-            pieces = [(o, o.piece(0, len(o.offsets) - 1)) for o in source.objects]
-            return [spec(i, ExchangeRead(self.tmp_url, (p,), dict(source.schema)), dict(broadcast)) for i, (_, p) in enumerate((o, p) for o, p in pieces if p is not None)]
+            pieces = [p for p in (o.piece(0, len(o.offsets) - 1) for o in source.objects) if p is not None]
+            return [spec(i, ExchangeRead(self.tmp_url, (p,), dict(source.schema)), dict(broadcast)) for i, p in enumerate(pieces)]
         partitioned = [source] + [inputs[id(i.stage)] for i in stage.sides.values() if i.mode == "partition"]
         width = {o.buckets for o in partitioned}
         if len(width) != 1:
@@ -278,16 +278,19 @@ class DagRunner:
         if stage.workers:
             out.how = f"P={stage.workers} fixed by the stage"
             return min(stage.workers, buckets)
-        from croupier.model.selector import choose
-
-        if self._profile is None:
-            self._profile = self.config.load_profile(self.tmp_url)
-        cap = min(buckets, self.config.max_workers or buckets)
-        choice = choose(max(1, nbytes), self._profile, max_workers=cap, concurrency=self.config.concurrency, max_levels=1)
+        choice = self.choose_exchange(max(1, nbytes), min(buckets, self.config.max_workers or buckets))
         p = min(choice.best.workers, buckets)
         d = choice.best.dominant()
         out.how = f"selector: {format_bytes(nbytes)} measured -> direct+wc exchange, P={p} ({choice.best.seconds:.3f} s predicted, dominated by {d.name})"
         return p
+
+    def choose_exchange(self, nbytes: int, max_workers: int | None) -> Any:
+        """The selector's choice of a one-level exchange for ``nbytes`` (profile of the tmp store)."""
+        from croupier.model.selector import choose
+
+        if self._profile is None:
+            self._profile = self.config.load_profile(self.tmp_url)
+        return choose(nbytes, self._profile, max_workers=max_workers, concurrency=self.config.concurrency, max_levels=1)
 
     def estimate_tasks(self, source: ScanInput | StageInput) -> int:
         """How many tasks a stage reading ``source`` will run (scans: exact; exchanges: a guess)."""

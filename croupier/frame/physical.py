@@ -167,12 +167,8 @@ class Compiler:
         return Pipeline(StageInput(ranged, "partition"), [op])
 
     def _sort_workers(self, out: StageOutput) -> int:
-        from croupier.model.selector import choose
-
         assert self.runner is not None
-        profile = self.config.load_profile(self.runner.tmp_url)
-        choice = choose(out.bytes, profile, concurrency=self.config.concurrency, max_workers=self.config.max_workers, max_levels=1)
-        return max(2, choice.best.workers)
+        return max(2, self.runner.choose_exchange(out.bytes, self.config.max_workers).best.workers)
 
     def _limit(self, node: Limit) -> Pipeline:
         if isinstance(node.input, Sort):  # top-k
