@@ -113,8 +113,15 @@ class Config:
                          reads all of it) is at most this many bytes; else a shuffle hash join
     gather_limit:        queries: a sort whose input measures at most this many bytes runs in one
                          task; above it, sampled range partitioning over P tasks
-    exchange_buckets:    queries: hash buckets each exchange writes; the consumer's P (chosen at
-                         run time) reads contiguous bucket ranges, so P <= this
+    workers:             force P for every partitioned exchange of a job (None: the selector's
+                         choice, bound when the producers have reported their bytes)
+    algorithm:           force the exchange algorithm family of every partitioned exchange:
+                         "direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc"
+                         (the names explain prints); the selector still picks P and the topology
+    topology:            force the exact topology ("4x3": P=12 in two levels) of every
+                         partitioned exchange
+    objective:           what the selector minimises: "time" or "cost"
+    budget:              with objective "time": the most a run's exchange may cost, USD
     speculation:         backup copies of straggling tasks (see croupier.compute.speculation);
                          None turns speculation off
     faults:              inject storage faults into every store of the run (tests, chaos runs);
@@ -143,7 +150,11 @@ class Config:
     max_workers: int | None = None
     broadcast_limit: int = parse_size("64MiB")
     gather_limit: int = parse_size("256MiB")
-    exchange_buckets: int = 64
+    workers: int | None = None
+    algorithm: str | None = None
+    topology: str | None = None
+    objective: str = "time"
+    budget: float | None = None
     speculation: Any = field(default_factory=lambda: _default_speculation())
     faults: Any = None
     executor: str = "local"
@@ -161,12 +172,34 @@ class Config:
             raise ConfigError(f"reducers must be 'lazy' or 'eager' and eager_after in [0, 1], got {self.reducers!r}, {self.eager_after}")
         if self.executor not in ("local", "lithops"):
             raise ConfigError(f"executor must be 'local' or 'lithops', got {self.executor!r}")
-        if self.exchange_buckets < 1:
-            raise ConfigError(f"exchange_buckets must be at least 1, got {self.exchange_buckets}")
+        self._check_forcing()
         if self.intermediate_format not in ("auto", "raw", "arrow-lz4", "arrow-zstd", "arrow"):
             raise ConfigError(
                 f"intermediate_format must be auto, raw, arrow, arrow-lz4 or arrow-zstd, got {self.intermediate_format!r}"
             )
+
+    def _check_forcing(self) -> None:
+        """The forcing fields must name something that exists (checked before any work)."""
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        if self.algorithm is not None and self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.objective not in ("time", "cost"):
+            raise ConfigError(f"objective must be 'time' or 'cost', got {self.objective!r}")
+        if self.budget is not None and self.budget <= 0:
+            raise ConfigError(f"budget must be a positive amount of USD, got {self.budget}")
+        if self.topology is not None:
+            from croupier.exchange.topology import Topology
+
+            try:
+                workers = Topology.parse(self.topology).workers
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+            if self.workers is not None and workers != self.workers:
+                raise ConfigError(f"topology {self.topology} has {workers} workers but workers is {self.workers}")
+            levels = self.topology.count("x") + 1
+            if self.algorithm is not None and not self.algorithm.startswith("direct" if levels == 1 else f"{levels}-level"):
+                raise ConfigError(f"topology {self.topology} has {levels} level(s); it does not fit algorithm {self.algorithm}")
 
     def load_profile(self, shuffle_url: str):  # type: ignore[no-untyped-def]
         """The storage profile for exchanges through ``shuffle_url``."""
@@ -201,6 +234,10 @@ class Config:
     def with_(self, **changes: object) -> Config:
         """Return a copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+#: Exchange algorithm families, as explain prints them.
+ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc")
 
 
 def _default_speculation():  # type: ignore[no-untyped-def]

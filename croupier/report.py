@@ -26,6 +26,8 @@ class StageReport:
     backup_wins: int = 0
     #: (task id, asked for, started), seconds after the first request: serverless invocation timeline
     invocations: list[tuple[str, float, float]] = field(default_factory=list)
+    #: requests per exchange channel ("x:<producer stage>"), to hold each exchange to its plan
+    channels: dict[str, IOStats] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -56,6 +58,8 @@ class RunReport:
     stages: list[StageReport] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    #: every exchange bound in the run: producer, consumer, bytes, plan, P, why, candidates
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def io(self) -> IOStats:
@@ -78,6 +82,7 @@ class RunReport:
             "wall_seconds": round(self.wall_seconds, 4),
             "summary": self.summary,
             "stages": [s.to_dict() for s in self.stages],
+            "exchanges": self.exchanges,
             "totals": {
                 "bytes_read": total.bytes_read,
                 "bytes_written": total.bytes_written,
@@ -94,13 +99,14 @@ class RunReport:
     def render(self) -> str:
         """A plain-text table of the stages, the totals and the summary."""
         kinds = [k for k in KINDS if self.io.requests(k) or self.io.kinds.get(k)]
-        header = f"{'stage':<10} {'wall s':>8} {'tasks':>6} {'read':>11} {'written':>11} " + " ".join(f"{k:>9}" for k in kinds)
+        width = max([10] + [len(s.name) for s in self.stages])
+        header = f"{'stage':<{width}} {'wall s':>8} {'tasks':>6} {'read':>11} {'written':>11} " + " ".join(f"{k:>9}" for k in kinds)
         lines = [f"{self.job} run {self.run_id}: {self.wall_seconds:.2f} s", header, "-" * len(header)]
         rows = [(s.name, s.wall_seconds, s.tasks, s.io) for s in self.stages]
         rows.append(("total", self.wall_seconds, sum(s.tasks for s in self.stages), self.io))
         for name, wall, tasks, io in rows:
             lines.append(
-                f"{name:<10} {wall:>8.2f} {tasks:>6} {format_bytes(io.bytes_read):>11} "
+                f"{name:<{width}} {wall:>8.2f} {tasks:>6} {format_bytes(io.bytes_read):>11} "
                 f"{format_bytes(io.bytes_written):>11} " + " ".join(f"{io.requests(k):>9}" for k in kinds)
             )
         if self.io.retries:

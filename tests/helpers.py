@@ -85,3 +85,13 @@ def wait_for_file(ctx: TaskContext, path: str, seconds: float) -> bool:
             return True
         time.sleep(0.02)
     raise TimeoutError(f"{path} never appeared")
+
+
+def output_parts(url: str, config) -> list[str]:  # type: ignore[no-untyped-def]
+    """The part names a committed Croupier output's ``_SUCCESS`` manifest lists, in order."""
+    import json
+
+    from croupier.storage import open_store
+
+    manifest = json.loads(bytes(open_store(url, config).get("_SUCCESS")))
+    return [p["key"] for p in manifest["parts"]]

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from croupier.cli import main
 from croupier.config import Config
 from croupier.storage import open_store
+from tests.helpers import output_parts
 
 TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "cli-test", "AWS_SECRET_ACCESS_KEY": "cli-test-secret"}
 
@@ -38,9 +39,10 @@ def test_valsort_exits_nonzero_on_a_bad_output(tmp_path: Path) -> None:
     assert run("gensort", inp, "--size", "100kB", "--parts", "1")[0] == 0
     assert run("sort", inp, out, "-p", "2")[0] == 0
     store = open_store(out, Config())
-    blob = bytearray(store.get("part-00000"))
+    first = output_parts(out, Config())[0]
+    blob = bytearray(store.get(first))
     blob[50] ^= 1
-    store.put("part-00000", bytes(blob))
+    store.put(first, bytes(blob))
     code, text = run("valsort", out, "--input", inp)
     assert code != 0 and "validation FAILED" in text and "checksum" in text
 

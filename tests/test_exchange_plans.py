@@ -1,17 +1,23 @@
-"""Exchange plans are pure: routing, reads/writes and counts are checked without running anything."""
+"""Exchange plans are pure: routing, reads/writes and counts are checked without running anything;
+then the one exchange executor moves tagged chunks through a real store for any plan."""
 
 from __future__ import annotations
 
 from collections import Counter
 from math import prod
+from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from croupier.config import Config
+from croupier.exchange import move, segments
 from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.exchange.segments import Chunk
 from croupier.exchange.topology import Topology, candidates
+from croupier.storage import open_store
 
 group_sizes = st.lists(st.integers(2, 5), min_size=1, max_size=3).map(tuple)
 
@@ -23,45 +29,80 @@ def factorisations(n: int, levels: int) -> list[tuple[int, ...]]:
     return [(d, *rest) for d in range(2, n + 1) if n % d == 0 for rest in factorisations(n // d, levels - 1)]
 
 
-@settings(max_examples=100, deadline=None)
-@given(groups=group_sizes, combine=st.booleans())
-def test_every_partition_reaches_its_worker(groups: tuple[int, ...], combine: bool) -> None:
-    """Simulate the routes: after k levels, data of partition q from any sender sits at worker q."""
-    plan = ExchangePlan(Topology(groups), combine)
-    p = plan.workers
-    for sender in range(p):
-        for partition in range(p):
-            at = sender
+@st.composite
+def plans(draw: st.DrawFn) -> ExchangePlan:
+    groups = draw(group_sizes)
+    p = prod(groups)
+    senders = draw(st.one_of(st.none(), st.integers(1, 2 * p + 3)))
+    buckets = draw(st.one_of(st.none(), st.integers(p, 4 * p)))
+    return ExchangePlan(Topology(groups), draw(st.booleans()), senders, buckets)
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan=plans())
+def test_every_bucket_reaches_its_partition(plan: ExchangePlan) -> None:
+    """Follow the objects: data of bucket b from any producer ends at worker partition_of(b)."""
+    for sender in range(plan.producers):
+        for bucket in range(plan.bucket_count):
+            partition = plan.partition_of(bucket)
+            holders = {sender}
             for level in range(plan.levels):
-                group = plan.topology.group(at, level)
-                at = group[plan.route(level, partition)]
-            assert at == partition
+                nxt = set()
+                for h in holders:
+                    for obj in plan.writes(level, h):
+                        for r in obj.receivers:
+                            if plan.combine and level == 0:
+                                read = next(x for x in plan.reads(0, r) if x.key == obj.key)
+                                carries = read.segment <= bucket < read.segment_end
+                            else:
+                                carries = plan.route(level, partition) == plan.topology.digit(r, level)
+                            if carries:
+                                nxt.add(r)
+                holders = nxt
+            assert holders == {partition}
 
 
-@settings(max_examples=100, deadline=None)
-@given(groups=group_sizes, combine=st.booleans())
-def test_reads_match_writes_and_counts_match_formulas(groups: tuple[int, ...], combine: bool) -> None:
-    plan = ExchangePlan(Topology(groups), combine)
-    p, k = plan.workers, plan.levels
-    for level, g in enumerate(groups):
-        written = {w.key: w.receivers for worker in range(p) for w in plan.writes(level, worker)}
+@settings(max_examples=150, deadline=None)
+@given(plan=plans())
+def test_reads_match_writes_and_counts_match_formulas(plan: ExchangePlan) -> None:
+    p, m = plan.workers, plan.producers
+    for level, g in enumerate(plan.topology.groups):
+        senders = m if level == 0 else p
+        written = {w.key: w.receivers for s in range(senders) for w in plan.writes(level, s)}
         readers: Counter[str] = Counter()
         for worker in range(p):
             reads = plan.reads(level, worker)
             assert [r.sender for r in reads] == sorted(r.sender for r in reads)  # sender order
             for read in reads:
-                assert worker in written[read.key] and read.ranged == combine
+                assert worker in written[read.key] and read.ranged == plan.combine
                 readers[read.key] += 1
         assert all(readers[key] == len(receivers) for key, receivers in written.items())
         count = plan.counts()[level]
-        assert count.puts == len(written) == (p if combine else p * g)
-        assert count.gets + count.ranged_gets == sum(readers.values()) == p * g
-    total = plan.predicted_requests()
-    assert total["PUT"] == (k * p if combine else sum(p * g for g in groups))
-    for count in plan.counts(data_bytes=p * p * 1000):
-        assert count.bytes_moved == p * p * 1000
-        assert count.object_bytes == p * p * 1000 // count.objects  # D/P^2 per object for direct
-    assert total["GET"] + total["GET_RANGE"] == sum(p * g for g in groups)
+        assert count.puts == len(written) == (senders if plan.combine else senders * g)
+        assert count.gets + count.ranged_gets == sum(readers.values()) == senders * g
+
+
+@settings(max_examples=100, deadline=None)
+@given(p=st.integers(1, 40), extra=st.integers(0, 300))
+def test_partitions_are_balanced_contiguous_bucket_runs(p: int, extra: int) -> None:
+    plan = ExchangePlan.direct(p, combine=True, buckets=p + extra)
+    b = plan.bucket_count
+    starts = [plan.bucket_start(q) for q in range(p + 1)]
+    assert starts[0] == 0 and starts[-1] == b
+    sizes = [hi - lo for lo, hi in zip(starts, starts[1:])]
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    assert [plan.partition_of(x) for x in range(b)] == [q for q in range(p) for _ in range(sizes[q])]
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups=group_sizes)
+def test_level_one_blocks_are_contiguous_partition_ranges(groups: tuple[int, ...]) -> None:
+    topo = Topology(groups)
+    for w in range(topo.workers):
+        for level in range(topo.levels):
+            block = topo.block(w, level)
+            assert w in block
+            assert set(block) == {q for q in range(topo.workers) if all(topo.digit(q, i) == topo.digit(w, i) for i in range(level + 1))}
 
 
 @pytest.mark.parametrize("p", [4, 9, 16, 64, 144])
@@ -72,6 +113,7 @@ def test_classic_formulas(p: int) -> None:
     two = ExchangePlan(Topology((s, s))).predicted_requests()
     assert two["PUT"] + two["GET"] == 4 * p * s  # 4 P sqrt(P)
     assert ExchangePlan.direct(p, combine=True).predicted_requests()["PUT"] == p
+    assert ExchangePlan.direct(p, combine=True, senders=3 * p).predicted_requests() == {"PUT": 3 * p, "GET": 0, "GET_RANGE": 3 * p * p}
 
 
 @pytest.mark.parametrize("p", [1, 2, 6, 7, 12, 30, 36, 64, 97, 120, 128, 210])
@@ -92,26 +134,98 @@ def test_twelve_has_several_shapes_and_primes_degrade_to_direct() -> None:
     for shape in [(3, 4), (4, 3), (2, 2, 3), (2, 3, 2)]:
         assert Topology(shape).workers == 12
     assert len(all_plans(12)) == 6
+    assert len(all_plans(12, combine=(True,))) == 3
 
 
-def test_topology_errors_are_clear() -> None:
+def test_topology_and_plan_errors_are_clear() -> None:
     with pytest.raises(ValueError, match="at least 2"):
         Topology((3, 1))
     with pytest.raises(ValueError, match="write group sizes like 3x4"):
         Topology.parse("3-4")
     assert Topology.parse("2x2x3").groups == (2, 2, 3)
+    with pytest.raises(ValueError, match="buckets must be >= P"):
+        ExchangePlan.direct(8, buckets=4)
+    with pytest.raises(ValueError, match="at least one producer"):
+        ExchangePlan.direct(8, senders=0)
 
 
-@settings(max_examples=50, deadline=None)
-@given(groups=group_sizes)
-def test_broadcast_reaches_everyone(groups: tuple[int, ...]) -> None:
-    plan = BroadcastPlan(Topology(groups))
-    p = prod(groups)
-    holds = [{w} for w in range(p)]
-    for level in range(plan.topology.levels):
-        holds = [set().union(*(holds[s] for s in plan.topology.group(w, level))) for w in range(p)]
-        assert all(len(plan.reads(level, w)) == groups[level] for w in range(p))
-    assert all(h == set(range(p)) for h in holds)
-    assert plan.predicted_requests() == {"PUT": p * len(groups), "GET": sum(p * g for g in groups), "GET_RANGE": 0}
-    sizes = [c.object_bytes for c in plan.counts(data_bytes=p * 1000)]
-    assert sizes[0] == 1000 and all(b == a * g for a, b, g in zip(sizes, sizes[1:], groups))
+@settings(max_examples=60, deadline=None)
+@given(groups=group_sizes, senders=st.integers(1, 20))
+def test_broadcast_reaches_everyone(groups: tuple[int, ...], senders: int) -> None:
+    plan = BroadcastPlan(Topology(groups), senders)
+    n = prod(groups)
+    holds = [{s for s in plan.senders_of(0, w)} for w in range(n)]
+    for level in range(1, plan.levels):
+        holds = [set().union(*(holds[s] for s in plan.topology.group(w, level))) for w in range(n)]
+    assert all(h == set(range(senders)) for h in holds)
+    total_reads = senders * groups[0] + sum(n * g for g in groups[1:])
+    assert plan.predicted_requests() == {"PUT": senders + n * (len(groups) - 1), "GET": total_reads, "GET_RANGE": 0}
+
+
+# --- the executor on a real store ----------------------------------------------------------------
+
+
+def _chunks(plan: ExchangePlan, sender: int) -> list[Chunk]:
+    """Every bucket gets a chunk from every producer, except a few (empty buckets)."""
+    out = []
+    for b in range(plan.bucket_count):
+        if (b + sender) % 5 == 3:
+            continue
+        payload = f"{sender}:{b};".encode()
+        out.append(Chunk(b, sender, 1, (payload,)))
+    return out
+
+
+def run_plan(store_url: str, plan: ExchangePlan | BroadcastPlan, inputs: list[list[Chunk]]) -> tuple[list[list[Chunk]], Counter[str]]:
+    """Run every level of ``plan`` through a real store; return each consumer's chunks and counts."""
+    store = open_store(store_url, Config())
+    written = [move.write_level(store, plan, 0, s, chunks)[0] for s, chunks in enumerate(inputs)]
+    for level in range(1, plan.levels):
+        written = [move.pass_level(store, plan, level, w, move.fetches_for(plan, level - 1, w, written), 1.0)[0] for w in range(plan.workers)]
+    got = [segments.ordered(move.fetch(store, move.fetches_for(plan, plan.levels - 1, w, written), 1.0)) for w in range(plan.workers)]
+    counts = Counter({k: v.requests for k, v in store.stats.kinds.items()})
+    return got, counts
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=plans())
+def test_executor_delivers_every_chunk_in_order_with_exact_counts(tmp_path_factory: pytest.TempPathFactory, plan: ExchangePlan) -> None:
+    root = tmp_path_factory.mktemp("ex").as_uri()
+    inputs = [_chunks(plan, s) for s in range(plan.producers)]
+    got, counts = run_plan(root, plan, inputs)
+    for w, chunks in enumerate(got):
+        expected = sorted(((c.bucket, c.origin) for cs in inputs for c in cs if plan.partition_of(c.bucket) == w))
+        assert [(c.bucket, c.origin) for c in chunks] == expected
+        assert all(bytes(c.parts[0]) == f"{c.origin}:{c.bucket};".encode() for c in chunks)
+    predicted = plan.predicted_requests()
+    assert counts["PUT"] == predicted["PUT"]
+    assert counts.get("GET", 0) == predicted["GET"] and counts.get("GET_RANGE", 0) == predicted["GET_RANGE"]
+
+
+@pytest.mark.parametrize("groups,senders", [((6,), 6), ((3, 2), 4), ((2, 3), 9), ((2, 2, 2), 3)])
+def test_broadcast_executor_gives_every_consumer_everything(tmp_path: Path, groups: tuple[int, ...], senders: int) -> None:
+    plan = BroadcastPlan(Topology(groups), senders)
+    inputs = [[Chunk(0, s, 1, (f"s{s}".encode(),))] for s in range(senders)]
+    got, counts = run_plan(tmp_path.as_uri(), plan, inputs)
+    for chunks in got:
+        assert [bytes(c.parts[0]) for c in chunks] == [f"s{s}".encode() for s in range(senders)]
+    assert {"PUT": counts["PUT"], "GET": counts["GET"], "GET_RANGE": counts.get("GET_RANGE", 0)} == plan.predicted_requests()
+
+
+def test_waiting_for_a_missing_object_is_bounded_and_named(tmp_path: Path) -> None:
+    import time
+
+    from croupier.errors import StorageError
+
+    store = open_store(tmp_path.as_uri(), Config())
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"waited 0s for exchange object .*l0/s00003/r00001, which its sender never wrote"):
+        move.get_when_ready(store, "l0/s00003/r00001", wait=0.3)
+    assert 0.3 <= time.monotonic() - started < 3
+    store.put("late", b"x")
+    assert bytes(move.get_when_ready(store, "late", wait=0.1)) == b"x"
+
+
+def test_corrupt_segment_is_named() -> None:
+    with pytest.raises(ValueError, match="obj: not an exchange segment at byte 0"):
+        segments.decode(b"garbage!", "obj")

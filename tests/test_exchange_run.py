@@ -18,13 +18,10 @@ from hypothesis import strategies as st
 from croupier.compute import LocalExecutor
 from croupier.config import Config
 from croupier.errors import StorageError, TaskError
-from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.jobs import exchange_stats
-from croupier.jobs.broadcast import broadcast
 from croupier.jobs.gensort import gensort
-from croupier.jobs.shuffle import get_when_ready
 from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
 from croupier.ops.records import add_checksums, checksum
@@ -76,43 +73,14 @@ def test_any_topology_sorts_correctly_with_exact_counts(tmp_path_factory: pytest
     assert leftover_tmp(out, config) == []
 
 
-@pytest.mark.parametrize("groups", [(6,), (3, 2), (2, 3)])
-def test_broadcast_gives_every_worker_all_data(store_env: tuple[str, Config], executor: LocalExecutor, groups: tuple[int, ...]) -> None:
-    root, config = store_env
-    plan = BroadcastPlan(Topology(groups))
-    inputs = [data.uniform(10 * (w + 1), seed=w) for w in range(6)]
-    store = open_store(f"{root}/bin", config)
-    for w, recs in enumerate(inputs):
-        store.put(f"w{w}", memoryview(recs.reshape(-1)))
-    total = 0
-    for recs in inputs:
-        total = add_checksums(total, checksum(recs))
-    results, report = broadcast(f"{root}/bin", [f"w{w}" for w in range(6)], f"{root}/bwork", plan, config, executor)
-    assert results == [(sum(len(r) for r in inputs), total)] * 6
-    puts = sum(s.exchange.requests("PUT") for s in report.stages)
-    gets = sum(s.exchange.requests("GET") for s in report.stages)
-    assert {"PUT": puts, "GET": gets, "GET_RANGE": 0} == plan.predicted_requests()
-    assert open_store(f"{root}/bwork", config).list() == []
-
-
 def test_failure_in_a_middle_level_cleans_up(tmp_path: Path) -> None:
     config = Config(concurrency=2)
     inp, out = (tmp_path / "in").as_uri(), (tmp_path / "out").as_uri()
     data.write_parts(inp, config, data.uniform(2000), parts=2)
-    with FailingExecutor(config, "level2-3") as ex:
-        with pytest.raises(TaskError, match="injected failure in level2-3"):
+    with FailingExecutor(config, "map>reduce-L2-3") as ex:
+        with pytest.raises(TaskError, match="injected failure in map>reduce-L2-3"):
             sort(inp, out, 6, config, plan=ExchangePlan(Topology((3, 2)), combine=True), executor=ex)
     assert open_store(out, config).list() == []
-
-
-def test_waiting_for_a_missing_object_is_bounded_and_named(tmp_path: Path) -> None:
-    store = open_store(tmp_path.as_uri(), Config())
-    started = time.monotonic()
-    with pytest.raises(StorageError, match=r"waited 0s for exchange object .*l0/s00003/r00001, which its sender never wrote"):
-        get_when_ready(store, "l0/s00003/r00001", wait=0.3)
-    assert 0.3 <= time.monotonic() - started < 3
-    store.put("late", b"x")
-    assert bytes(get_when_ready(store, "late", wait=0.1)) == b"x"
 
 
 def test_exchange_stats_command(tmp_path: Path) -> None:

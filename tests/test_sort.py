@@ -55,7 +55,9 @@ def test_ascii_records_and_parquet_output(store_env: tuple[str, Config], executo
     gensort(f"{root}/in", 1_500_000, parts=2, config=config, ascii_keys=True, executor=executor)
     assert sort_and_validate(f"{root}/in", f"{root}/out", config, executor, workers=3, fmt="parquet") == 15_000
     keys = [o.key for o in open_store(f"{root}/out", config).list()]
-    assert keys == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    parts = helpers.output_parts(f"{root}/out", config)
+    assert keys == ["_SUCCESS", *parts] and len(parts) == 3
+    assert all(p.startswith(f"part-{i:05d}-") and p.endswith(".parquet") for i, p in enumerate(parts))
 
 
 @pytest.mark.parametrize("records, workers", [(data.skewed(30_000), 5), (data.all_equal(12_000), 4)], ids=["skewed", "all-equal"])
@@ -91,7 +93,7 @@ def test_same_p_gives_byte_identical_output_for_every_encoding(store_env: tuple[
         out = f"{root}/{name}"
         sort(inp, out, 3, config.with_(intermediate_format=fmt), executor=executor)
         store = open_store(out, config)
-        outputs.append([bytes(store.get(f"part-{i:05d}")) for i in range(3)])
+        outputs.append([bytes(store.get(k)) for k in helpers.output_parts(out, config)])
     assert outputs[0] == outputs[1] == outputs[2]
 
 
@@ -103,7 +105,7 @@ def test_request_counts_follow_the_direct_plan(tmp_path, executor: LocalExecutor
     assert report.stage("map").exchange.requests("PUT") == p * p
     assert report.stage("reduce").exchange.requests("GET") == p * p
     assert report.stage("reduce").io.requests("PUT") == p
-    header = 8 + 12  # every non-empty segment: magic, count, one partition id and count
+    header = 8 + 24  # every segment: magic, count, one (bucket, producer, rows, bytes) entry
     assert report.stage("map").exchange.bytes_written == report.stage("reduce").exchange.bytes_read
     assert 500_000 + p * p * 8 <= report.stage("map").exchange.bytes_written <= 500_000 + p * p * header
     assert report.to_dict()["totals"]["requests"]["PUT"] == p * p + p + 1  # + the _SUCCESS manifest
@@ -145,7 +147,8 @@ def test_failed_overwrite_leaves_the_old_output_untouched(store_env: tuple[str, 
     assert after == before
     sort(f"{root}/in", f"{root}/out", 5, config, overwrite=True)
     keys = sorted(o.key for o in open_store(f"{root}/out", config).list())
-    assert keys == ["_SUCCESS"] + [f"part-{i:05d}" for i in range(5)]  # the 3 old parts replaced
+    parts = helpers.output_parts(f"{root}/out", config)
+    assert keys == ["_SUCCESS", *parts] and len(parts) == 5  # the 3 old parts replaced
     result, _ = valsort(f"{root}/out", config, input_url=f"{root}/in")
     assert result.ok
 
@@ -192,7 +195,8 @@ def test_valsort_catches_disorder_loss_and_corruption(tmp_path, executor: LocalE
     data.write_parts(inp, config, data.uniform(3000), parts=2)
     sort(inp, out, 3, config, executor=executor)
     store = open_store(out, config)
-    originals = {k: bytes(store.get(k)) for k in ("part-00000", "part-00001", "part-00002")}
+    names = helpers.output_parts(out, config)
+    originals = {k: bytes(store.get(k)) for k in names}
 
     def check(problem: str) -> None:
         result, _ = valsort(out, config, inp, executor=executor)
@@ -200,26 +204,26 @@ def test_valsort_catches_disorder_loss_and_corruption(tmp_path, executor: LocalE
         for key, blob in originals.items():
             store.put(key, blob)
 
-    part = bytearray(originals["part-00001"])
+    p0, p1, p2 = names
+    part = bytearray(originals[p1])
     part[0:100], part[100:200] = part[100:200], part[0:100]
-    store.put("part-00001", bytes(part))
+    store.put(p1, bytes(part))
     check("out of order")
-    store.put("part-00002", originals["part-00000"][:100] + originals["part-00002"][100:])
+    store.put(p2, originals[p0][:100] + originals[p2][100:])
     check("below the last key")
-    store.put("part-00001", originals["part-00001"][:-100])
+    store.put(p1, originals[p1][:-100])
     check("record count")
-    part = bytearray(originals["part-00000"])
+    part = bytearray(originals[p0])
     part[KEY_SIZE + 5] ^= 0xFF
-    store.put("part-00000", bytes(part))
+    store.put(p0, bytes(part))
     check("checksum")
     assert valsort(out, config, inp, executor=executor)[0].ok
 
 
 def test_samples_carry_the_true_row_positions(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Each sampled B holds (key bytes 8-9, row number within the object) of the record it came from."""
-    from croupier.compute.context import TaskContext
-    from croupier.jobs.sort import Piece, sample_share
     from croupier.ops.partition import ROWPOS_BITS
+    from croupier.ops.terasort import Piece, sample_pieces
     from croupier.ops.records import key_columns
 
     config = Config(concurrency=2)
@@ -227,7 +231,7 @@ def test_samples_carry_the_true_row_positions(tmp_path) -> None:  # type: ignore
     url = (tmp_path / "in").as_uri()
     data.write_parts(url, config, records, parts=1)
     piece = Piece("part-00000.dat", "gensort", 1000, 4000, 1000)
-    [(n, a_bytes, b_bytes)] = sample_share(TaskContext("t", config), url, [piece], 300, seed=3)
+    [(n, a_bytes, b_bytes)] = sample_pieces(open_store(url, config), [piece], 300, seed=3)
     a, b = np.frombuffer(a_bytes, np.uint64), np.frombuffer(b_bytes, np.uint64)
     rows = (b & np.uint64((1 << ROWPOS_BITS) - 1)).astype(np.int64)
     assert n == 3000 and len(rows) >= 100 and (rows >= 1000).all() and (rows < 4000).all()

@@ -11,19 +11,27 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
 import polars as pl
 
 from croupier.expr import Expr
+from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns, sort_order, take
 
 #: Aggregation functions a stage can run, by name.
 AGG_FUNCTIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len")
 
 
 class Operator(ABC):
-    """One step of a stage's pipeline."""
+    """One step of a stage's pipeline.
+
+    ``kind`` names the operator's cost class for the performance model (compute seconds per byte
+    per core are calibrated per kind, see :mod:`croupier.model.profile`).
+    """
 
     #: names of the side inputs this operator reads
     sides: tuple[str, ...] = ()
+    #: cost class for the model
+    kind: str = "project"
 
     @abstractmethod
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -38,6 +46,8 @@ class Operator(ABC):
 class Filter(Operator):
     """Keep the rows where ``predicate`` is true."""
 
+    kind = "filter"
+
     predicate: Expr
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -51,6 +61,8 @@ class Filter(Operator):
 class Select(Operator):
     """Exactly these columns (expressions), in this order."""
 
+    kind = "project"
+
     exprs: tuple[Expr, ...]
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -63,6 +75,8 @@ class Select(Operator):
 @dataclass(frozen=True)
 class WithColumns(Operator):
     """Add or replace columns."""
+
+    kind = "project"
 
     exprs: tuple[Expr, ...]
 
@@ -94,6 +108,8 @@ class AggSpec:
 class Aggregate(Operator):
     """Group by ``keys`` and aggregate; with no keys, one row for the whole input."""
 
+    kind = "hash_aggregate"
+
     keys: tuple[str, ...]
     aggs: tuple[AggSpec, ...]
 
@@ -113,6 +129,8 @@ class Aggregate(Operator):
 @dataclass(frozen=True)
 class HashJoin(Operator):
     """Join the stream (left) with the side input ``side`` (right) on equal keys."""
+
+    kind = "hash_join"
 
     side: str
     left_on: tuple[str, ...]
@@ -137,6 +155,8 @@ class HashJoin(Operator):
 class Sort(Operator):
     """Order rows by ``by`` (each ascending or descending); stable."""
 
+    kind = "sort"
+
     by: tuple[Expr, ...]
     descending: tuple[bool, ...]
     nulls_last: bool = False
@@ -153,6 +173,8 @@ class Sort(Operator):
 class Head(Operator):
     """The first ``n`` rows."""
 
+    kind = "project"
+
     n: int
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -166,4 +188,49 @@ def run_pipeline(df: pl.DataFrame, operators: tuple[Operator, ...], sides: Mappi
     """Apply ``operators`` in order."""
     for op in operators:
         df = op.apply(df, sides)
+    return df
+
+
+# --- TeraSort records (numpy kernels) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordsSort(Operator):
+    """Sort TeraSort records stably by their 10-byte key (numpy: quicksort on the first 8 bytes,
+    then ties resolved exactly; see :func:`croupier.ops.records.sort_order`)."""
+
+    kind = "records_sort"
+
+    def apply(self, data: RecordRuns, sides: Mapping[str, object]) -> RecordRuns:  # type: ignore[override]
+        records = data.concatenated()
+        if len(records):
+            records = take(records, sort_order(*key_columns(records)))
+        return RecordRuns([records], [0])
+
+    def describe(self) -> str:
+        return "sort records by key (numpy)"
+
+
+@dataclass(frozen=True)
+class RecordsToFrame(Operator):
+    """TeraSort records as a frame with columns ``key`` (10 bytes) and ``payload`` (90 bytes)."""
+
+    kind = "project"
+
+    def apply(self, data: RecordRuns, sides: Mapping[str, object]) -> pl.DataFrame:  # type: ignore[override]
+        return records_frame(data.concatenated())
+
+    def describe(self) -> str:
+        return "records as columns key, payload"
+
+
+def records_frame(records: np.ndarray) -> pl.DataFrame:
+    """``(n, 100)`` records as a frame of binary ``key`` and ``payload`` columns."""
+    import pyarrow as pa
+
+    n = len(records)
+    key = pa.FixedSizeBinaryArray.from_buffers(pa.binary(KEY_SIZE), n, [None, pa.py_buffer(np.ascontiguousarray(records[:, :KEY_SIZE]))])
+    payload = pa.FixedSizeBinaryArray.from_buffers(pa.binary(RECORD_SIZE - KEY_SIZE), n, [None, pa.py_buffer(np.ascontiguousarray(records[:, KEY_SIZE:]))])
+    df = pl.from_arrow(pa.table({"key": key.cast(pa.binary()), "payload": payload.cast(pa.binary())}))
+    assert isinstance(df, pl.DataFrame)
     return df

@@ -1,82 +1,110 @@
-"""Runs a DAG of stages: topological order, independent stages at the same time, late binding of P.
+"""The one DAG runner: every job — TeraSort and every query — runs its stages here.
 
-Each submitted stage gets a driver thread that waits for the stages it reads, then builds its tasks
-and hands them to the executor. Stages that become ready together are merged into one executor
-call (the executor runs one batch at a time), so independent stages share the workers instead of
-queueing behind each other. For a stage that reads an exchange partition-wise, P is chosen only
-now, from the bytes its producers wrote, by the selector (time objective, one-level write-combined
-exchange, which is what these exchanges are); the choice and why are kept for explain.
+Each submitted stage gets a driver thread that waits for the stages it reads, binds the exchanges
+it reads (P, algorithm and topology, by the selector, from the bytes the producers reported — see
+:mod:`croupier.dag.binding`), runs the exchanges' intermediate levels as stages of their own, then
+builds its tasks and hands them to the executor. Stages that become ready together are merged into
+one executor call, so independent stages share the functions instead of queueing behind each other.
+
+::
+
+    stage thread:  wait for producers ─> bind each exchange input ─> run levels 2..k ─> run tasks
+                                          (late: from measured D)     (P tasks per level)
+
+Objects of a run live under its temporary prefix: a producer stage writes level 1 under
+``<stage>/``, each binding of it writes its later levels under ``<stage>/x<n>/`` (an output can be
+read by several consumers, each with its own plan).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+import numpy as np
 import polars as pl
 
 from croupier.compute.base import Task, TaskResult
-from croupier.dag.exchange import ObjectRef, bucket_range, read_pieces
+from croupier.dag.binding import Binder, Decision
 from croupier.dag.operators import run_pipeline
-from croupier.dag.scan import (
-    ScanSpec,
-    byte_splits,
-    check_gensort,
-    csv_schema,
-    gensort_schema,
-    parquet_schema,
-    parquet_splits,
-    projected,
-    resolve,
-)
+from croupier.dag.scan import ScanSpec, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, projected, resolve
 from croupier.dag.stage import (
-    ExchangeRead,
-    HashSink,
-    ParquetSink,
-    RangeSink,
-    ScanInput,
-    ScanRead,
+    ExchangeInput,
+    ExchangeSink,
+    HashPartitioning,
+    OutputSink,
+    ResultSink,
+    ScanSource,
+    SinglePartitioning,
     Stage,
-    StageInput,
-    TaskSpec,
-    run_task,
+    TaskSource,
 )
+from croupier.dag.task import ExchangeRead, ExchangeWrite, OutputWrite, ResultWrite, ScanRead, TaskSpec, run_level, run_task
 from croupier.errors import ConfigError
+from croupier.exchange import move
+from croupier.exchange.broadcast import BroadcastPlan
+from croupier.exchange.move import Fetch, Written
+from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.topology import Topology
 from croupier.jobs.runtime import Run
+from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.units import format_bytes
 
 #: A scan aims at this many splits per concurrent function (load balance against request count).
 SPLITS_PER_FUNCTION = 4
 MIN_SPLIT = 1 << 20
 MAX_SPLIT = 128 << 20
-#: Rows of sort keys each task samples for range partitioning.
-SAMPLE_ROWS = 256
 
 
 @dataclass
 class StageOutput:
-    """What a finished stage left in storage, and how it ran."""
+    """What a finished stage left in storage (or returned), and how it ran."""
 
     stage: Stage
-    schema: pl.Schema
-    objects: list[ObjectRef] = field(default_factory=list)
-    buckets: int = 1
+    schema: pl.Schema | None
     tasks: int = 0
-    rows: int = 0
+    plan: ExchangePlan | BroadcastPlan | None = None  # the plan its producers wrote level 1 with
+    early: bool = False  # that plan was bound before they ran (else: fine buckets, bound late)
+    written: list[Written] = field(default_factory=list)
     bytes: int = 0
-    samples: list[pl.DataFrame] = field(default_factory=list)
-    files: list[tuple[str, int]] = field(default_factory=list)
-    how: str = ""
+    rows: int = 0
+    samples: list[Any] = field(default_factory=list)
+    files: list[tuple[str, int, int]] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
     scan: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    bindings: int = 0
+
+    @property
+    def prefix(self) -> str:
+        """Key prefix of this stage's level-1 objects."""
+        return f"{self.stage.name}/"
 
     def describe(self) -> str:
-        extra = f"; {self.how}" if self.how else ""
         scan = f"; row groups read {self.scan['row_groups'] - self.scan['row_groups_pruned']}/{self.scan['row_groups']}" if self.scan.get("row_groups") else ""
-        return f"{self.stage.describe()} | P={self.tasks}, {self.rows:,} rows, {format_bytes(self.bytes)} out, {self.seconds:.2f} s{scan}{extra}"
+        notes = "".join(f"\n      {n}" for n in self.notes)
+        out = f"{format_bytes(self.bytes)} out, " if isinstance(self.stage.sink, ExchangeSink) else ""
+        return f"{self.stage.describe()}\n      {self.tasks} task(s), {self.rows:,} rows, {out}{self.seconds:.2f} s{scan}{notes}"
+
+
+@dataclass
+class Bound:
+    """One exchange input of a consumer stage, bound: the plan and where its last level is."""
+
+    producer: StageOutput
+    decision: Decision
+    prefix: str  # where levels 2..k go
+    written: list[Written]  # what the senders of the last level reported
+    last_prefix: str
+
+    def fetches(self, consumer: int) -> list[Fetch]:
+        plan = self.decision.plan
+        return move.fetches_for(plan, plan.levels - 1, consumer, self.written, self.last_prefix)
 
 
 class _Batcher:
@@ -91,7 +119,12 @@ class _Batcher:
         self._busy = False
 
     def map(self, name: str, tasks: list[Task]) -> list[TaskResult]:
-        request: dict[str, Any] = {"name": name, "tasks": tasks, "done": False}
+        """Run one stage's tasks; return their results in order."""
+        return self.map_many([(name, tasks)])[0]
+
+    def map_many(self, parts: list[tuple[str, list[Task]]]) -> list[list[TaskResult]]:
+        """Run several stages' tasks in one executor call (each reported as its own stage)."""
+        request: dict[str, Any] = {"parts": parts, "done": False}
         with self._cond:
             self._queue.append(request)
             while not request["done"]:
@@ -113,13 +146,13 @@ class _Batcher:
         return self._outcome(request)
 
     @staticmethod
-    def _outcome(request: dict[str, Any]) -> list[TaskResult]:
+    def _outcome(request: dict[str, Any]) -> list[list[TaskResult]]:
         if "error" in request:
             raise request["error"]
         return request["results"]  # type: ignore[no-any-return]
 
     def _run_batch(self, batch: list[dict[str, Any]]) -> None:
-        tasks = [t for r in batch for t in r["tasks"]]
+        tasks = [t for r in batch for _, part in r["parts"] for t in part]
         started = time.perf_counter()
         try:
             results = {r.task_id: r for r in self._run.executor.map(tasks, self._run.config)}
@@ -129,30 +162,34 @@ class _Batcher:
             return
         wall = time.perf_counter() - started
         for r in batch:
-            r["results"] = [results[t.id] for t in r["tasks"]]
-            r["wall"] = wall
-            self._run.record(r["name"], r["results"], wall)
+            r["results"] = []
+            for name, part in r["parts"]:
+                got = [results[t.id] for t in part]
+                r["results"].append(got)
+                self._run.record(name, got, wall)
             r["done"] = True
 
 
 class DagRunner:
-    """Runs stages of one job run; intermediate objects go under ``tmp_url``."""
+    """Runs the stages of one job run; intermediate objects go under ``tmp_url``."""
 
     def __init__(self, run: Run, tmp_url: str) -> None:
         self.run = run
         self.config = run.config
         self.tmp_url = tmp_url.rstrip("/")
+        self.binder = Binder(self.config, self.tmp_url)
         encoding = self.config.shuffle_encoding(tmp_url)
-        # "raw" is the sort's fixed-width record codec; query rows travel as uncompressed Arrow instead
-        self.encoding = "arrow" if encoding == "raw" else encoding
+        self.records_format = encoding
+        # "raw" is the records' own bytes; query rows travel as uncompressed Arrow instead
+        self.frames_format = "arrow" if encoding == "raw" else encoding
         self.outputs: list[StageOutput] = []
         self._futures: dict[int, Future[StageOutput]] = {}
         self._names: set[str] = set()
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="croupier-stage")
         self._batcher = _Batcher(run)
         self._lock = threading.Lock()
-        self._profile: Any = None
         self._split_cache: dict[int, tuple[ScanSpec, tuple[list[Any], dict[str, int]]]] = {}
+        self._bindings = itertools.count()
 
     # --- public ---------------------------------------------------------------------------
     def submit(self, stage: Stage) -> Future[StageOutput]:
@@ -166,7 +203,11 @@ class DagRunner:
         for dep in stage.inputs():
             self.submit(dep.stage)
         with self._lock:
-            future = self._futures[id(stage)] = self._pool.submit(self._run_stage, stage)
+            if _eager(stage):  # runs together with its consumer (see _run_fused)
+                future: Future[StageOutput] = Future()
+                self._futures[id(stage)] = future
+            else:
+                future = self._futures[id(stage)] = self._pool.submit(self._run_stage, stage)
         return future
 
     def result(self, stage: Stage) -> StageOutput:
@@ -182,126 +223,316 @@ class DagRunner:
                 pass
 
     def close(self) -> None:
+        """Wait for every stage, stop the stage threads, and put each exchange's measured requests
+        beside its plan's in the run report."""
         self.wait_all()
         self._pool.shutdown(wait=True)
+        self.measure_exchanges()
+
+    def measure_exchanges(self) -> None:
+        """Fill in ``measured_requests`` of every exchange of the report (by its channel)."""
+        totals: dict[str, dict[str, int]] = {}
+        for stage in self.run.report.stages:
+            for channel, stats in stage.channels.items():
+                got = totals.setdefault(channel, {})
+                for kind in ("PUT", "GET", "GET_RANGE"):
+                    got[kind] = got.get(kind, 0) + stats.requests(kind)
+        for entry in self.run.report.exchanges:
+            entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
+
+    def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource) -> int:
+        """How many tasks a stage reading ``source`` will run (scans: exact; exchanges: a guess)."""
+        if isinstance(source, ScanSource):
+            return len(self._splits(source.spec)[0])
+        if isinstance(source, TaskSource):
+            return len(source.reads)
+        if source.read == "all":
+            return 1
+        if source.read == "forward":
+            return max(1, self.result(source.stage).tasks)
+        return self.config.workers or self.config.concurrency
 
     # --- one stage -----------------------------------------------------------------------------
     def _run_stage(self, stage: Stage) -> StageOutput:
+        if isinstance(stage.source, ExchangeInput) and _eager(stage.source.stage):
+            return self._run_fused(stage)
         inputs = {id(i.stage): self._futures[id(i.stage)].result() for i in stage.inputs()}
         started = time.perf_counter()
         out = StageOutput(stage, self._schema(stage, inputs))
-        specs = self._task_specs(stage, inputs, out)
-        tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,)) for s in specs]
+        mains, sides = self._reads(stage, inputs, out)
+        out.tasks = len(mains)
+        self._producer_plan(stage, inputs, out)
+        specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
+        tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
         results = self._batcher.map(stage.name, tasks) if tasks else []
-        out.tasks = len(tasks)
         for result in results:
-            value = result.value
-            if "object" in value:
-                obj: ObjectRef = value["object"]
-                out.objects.append(obj)
-                out.rows += obj.rows
-                out.bytes += obj.size
-            if "sample" in value:
-                out.samples.append(value["sample"])
-            if "files" in value:
-                out.files += value["files"]
-                out.rows += value["rows"]
+            self._fold(out, result.value)
         out.seconds = time.perf_counter() - started
         with self._lock:
             self.outputs.append(out)
         return out
 
-    def _schema(self, stage: Stage, inputs: dict[int, StageOutput]) -> pl.Schema:
-        """The stage's output schema: its operators run on empty frames of the input schemas."""
-        if isinstance(stage.source, ScanInput):
-            main_schema = projected(stage.source.spec, pl.Schema(self._file_schema(stage.source)))
-        else:
-            main_schema = inputs[id(stage.source.stage)].schema
-        sides = {name: pl.DataFrame(schema=inputs[id(i.stage)].schema) for name, i in stage.sides.items()}
-        return run_pipeline(pl.DataFrame(schema=main_schema), stage.ops, sides).schema
+    def _run_fused(self, stage: Stage) -> StageOutput:
+        """Eager consumers (SEER §5.1): run the producer stage and ``stage`` in one executor call;
+        consumer tasks start once ``config.eager_after`` of the producers finished and poll (up to
+        the task time limit) for objects still being written. Only for an early, plain direct
+        exchange, whose object names need no producer metadata."""
+        assert isinstance(stage.source, ExchangeInput)
+        producer = stage.source.stage
+        future = self._futures[id(producer)]
+        try:
+            if stage.sides:
+                raise ConfigError(f"stage {stage.name!r}: eager consumers cannot also read side inputs")
+            p_inputs = {id(i.stage): self._futures[id(i.stage)].result() for i in producer.inputs()}
+            started = time.perf_counter()
+            p_out = StageOutput(producer, self._schema(producer, p_inputs))
+            p_mains, p_sides = self._reads(producer, p_inputs, p_out)
+            p_out.tasks = len(p_mains)
+            self._producer_plan(producer, p_inputs, p_out)
+            plan = p_out.plan
+            if not isinstance(plan, ExchangePlan) or plan.levels != 1 or plan.combine:
+                raise ConfigError(f"eager consumers need an early, plain direct exchange, not {plan.name if plan else None}")
+            p_specs = [TaskSpec(i, m, p_sides[i], producer.ops, self._write(producer, i, p_out)) for i, m in enumerate(p_mains)]
+            p_tasks = [Task(f"{producer.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in p_specs]
+            out = StageOutput(stage, self._schema(stage, {id(producer): p_out}))
+            bound = self._bound(p_out, Decision(plan, f"{plan.describe()}; eager consumers start after {self.config.eager_after:.0%} of the producers"))
+            mains = [replace(self._exchange_read(bound, j), wait=self.config.task_timeout) for j in range(plan.workers)]
+            out.tasks = len(mains)
+            out.notes.append(f"reads {producer.name}: {bound.decision.how}")
+            self._record_exchange(stage, bound)
+            gate = (tuple(t.id for t in p_tasks), self.config.eager_after)
+            c_specs = [TaskSpec(j, m, {}, stage.ops, self._write(stage, j, out)) for j, m in enumerate(mains)]
+            c_tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), after=gate) for s in c_specs]
+            p_results, c_results = self._batcher.map_many([(producer.name, p_tasks), (stage.name, c_tasks)])
+            for result in p_results:
+                self._fold(p_out, result.value)
+            p_out.seconds = time.perf_counter() - started
+            future.set_result(p_out)
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
+            raise
+        for result in c_results:
+            self._fold(out, result.value)
+        out.seconds = time.perf_counter() - started
+        with self._lock:
+            self.outputs += [p_out, out]
+        return out
 
-    def _file_schema(self, source: ScanInput) -> dict[str, Any]:
+    @staticmethod
+    def _fold(out: StageOutput, value: dict[str, Any]) -> None:
+        if "written" in value:
+            out.written.append(value["written"])
+            out.bytes += value["bytes"]
+            out.rows += value["rows"]
+        if "sample" in value:
+            out.samples.append(value["sample"])
+        if "files" in value:
+            out.files += value["files"]
+            out.rows += sum(f[1] for f in value["files"])
+        if "value" in value:
+            out.values.append(value["value"])
+
+    def _schema(self, stage: Stage, inputs: dict[int, StageOutput]) -> pl.Schema | None:
+        """The stage's output schema (frames): its operators run on empty inputs."""
+        if stage.rep == "records":
+            return None
+        empty: Any
+        if isinstance(stage.source, ScanSource):
+            empty = pl.DataFrame(schema=projected(stage.source.spec, pl.Schema(self._file_schema(stage.source))))
+        elif isinstance(stage.source, ExchangeInput) and inputs[id(stage.source.stage)].schema is not None:
+            empty = pl.DataFrame(schema=inputs[id(stage.source.stage)].schema)
+        else:  # TeraSort records in, rows out
+            empty = RecordRuns([np.empty((0, RECORD_SIZE), np.uint8)], [0])
+        sides = {name: pl.DataFrame(schema=inputs[id(i.stage)].schema) for name, i in stage.sides.items()}
+        result = run_pipeline(empty, stage.ops, sides)
+        return result.schema if isinstance(result, pl.DataFrame) else None
+
+    def _file_schema(self, source: ScanSource) -> dict[str, Any]:
         if source.file_schema is None:
             return dict(scan_schema(source.spec, self.run))
         return dict(source.file_schema)
 
-    def _buckets(self, stage: Stage) -> int:
-        sink = stage.sink
-        if isinstance(sink, HashSink):
-            return sink.buckets or self.config.exchange_buckets
-        if isinstance(sink, RangeSink):
-            return 1 + (sink.splitters.height if sink.splitters is not None else 0)
-        return 1
-
-    def _task_specs(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> list[TaskSpec]:
-        out.buckets = buckets = self._buckets(stage)
-
-        def spec(index: int, main: ScanRead | ExchangeRead, sides: dict[str, ExchangeRead]) -> TaskSpec:
-            return TaskSpec(index, main, sides, stage.ops, stage.sink, self.tmp_url, f"{stage.name}/{index:05d}", self.encoding, buckets)
-
-        broadcast = {name: self._read_all(inputs[id(i.stage)]) for name, i in stage.sides.items() if i.mode == "all"}
-        if isinstance(stage.source, ScanInput):
-            file_schema = self._file_schema(stage.source)
-            splits, counts = self._splits(stage.source.spec)
+    # --- reading: bind every exchange input, run its levels, hand out fetch lists --------------------
+    def _reads(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> tuple[list[Any], list[dict[str, ExchangeRead]]]:
+        """Per task: the main read and the side reads."""
+        source = stage.source
+        partitioned: dict[str, Bound] = {}
+        if isinstance(source, ScanSource):
+            file_schema = self._file_schema(source)
+            splits, counts = self._splits(source.spec)
             out.scan = counts
-            return [spec(i, ScanRead(stage.source.spec, s, file_schema), dict(broadcast)) for i, s in enumerate(splits)]
-        source = inputs[id(stage.source.stage)]
-        if stage.source.mode == "all":
-            return [spec(0, self._read_all(source), dict(broadcast))]
-        if stage.source.mode == "object":
-            pieces = [p for p in (o.piece(0, len(o.offsets) - 1) for o in source.objects) if p is not None]
-            return [spec(i, ExchangeRead(self.tmp_url, (p,), dict(source.schema)), dict(broadcast)) for i, p in enumerate(pieces)]
-        partitioned = [source] + [inputs[id(i.stage)] for i in stage.sides.values() if i.mode == "partition"]
-        width = {o.buckets for o in partitioned}
-        if len(width) != 1:
-            raise ConfigError(f"stage {stage.name!r} reads partition-wise from inputs with different bucket counts {sorted(width)}")
-        p = self._choose_workers(stage, sum(o.bytes for o in partitioned), width.pop(), out)
-        specs = []
-        for j in range(p):
-            first, last = bucket_range(j, p, source.buckets)
-            sides = dict(broadcast)
-            for name, i in stage.sides.items():
-                if i.mode == "partition":
-                    sides[name] = self._read_range(inputs[id(i.stage)], first, last)
-            specs.append(spec(j, self._read_range(source, first, last), sides))
-        return specs
+            mains: list[Any] = [ScanRead(source.spec, s, file_schema) for s in splits]
+        elif isinstance(source, TaskSource):
+            mains = list(source.reads)
+        else:
+            producer = inputs[id(source.stage)]
+            if source.read == "partition":
+                partitioned = self._bind_partitioned(stage, inputs, out)
+                bound = partitioned[""]
+                mains = [self._exchange_read(bound, j) for j in range(bound.decision.workers)]
+            elif source.read == "all":
+                bound = self._bind_broadcast(producer, 1, out)
+                mains = [self._exchange_read(bound, 0)]
+            else:
+                mains = [self._forward_read(producer, i) for i in range(producer.tasks)]
+        n = len(mains)
+        sides: list[dict[str, ExchangeRead]] = [{} for _ in range(n)]
+        for name, side in stage.sides.items():
+            if side.read == "partition":
+                bound = partitioned.get(name) or self._missing_partition(stage, name)
+            elif side.read == "all":
+                bound = self._bind_broadcast(inputs[id(side.stage)], n, out)
+            else:
+                raise ConfigError(f"stage {stage.name!r}: a side input cannot be read 'forward'")
+            for j in range(n):
+                sides[j][name] = self._exchange_read(bound, j)
+        return mains, sides
 
-    def _read_all(self, source: StageOutput) -> ExchangeRead:
-        return self._read_range(source, 0, source.buckets)
+    @staticmethod
+    def _missing_partition(stage: Stage, name: str) -> Bound:
+        raise ConfigError(f"stage {stage.name!r}: side {name!r} is read partition-wise but the main input is not")
 
-    def _read_range(self, source: StageOutput, first: int, last: int) -> ExchangeRead:
-        pieces = tuple(p for p in (o.piece(first, last) for o in source.objects) if p is not None)
-        return ExchangeRead(self.tmp_url, pieces, dict(source.schema))
+    def _exchange_read(self, bound: Bound, consumer: int) -> ExchangeRead:
+        producer = bound.producer
+        fmt = self.records_format if producer.stage.rep == "records" else self.frames_format
+        schema = dict(producer.schema) if producer.schema is not None else None
+        return ExchangeRead(self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
-    def _choose_workers(self, stage: Stage, nbytes: int, buckets: int, out: StageOutput) -> int:
-        """P for a partition-wise read: fixed by the stage, else the selector's choice for the bytes."""
-        if stage.workers:
-            out.how = f"P={stage.workers} fixed by the stage"
-            return min(stage.workers, buckets)
-        choice = self.choose_exchange(max(1, nbytes), min(buckets, self.config.max_workers or buckets))
-        p = min(choice.best.workers, buckets)
-        d = choice.best.dominant()
-        out.how = f"selector: {format_bytes(nbytes)} measured -> direct+wc exchange, P={p} ({choice.best.seconds:.3f} s predicted, dominated by {d.name})"
-        return p
+    def _forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
+        fmt = self.records_format if producer.stage.rep == "records" else self.frames_format
+        schema = dict(producer.schema) if producer.schema is not None else None
+        fetch = Fetch(f"{producer.prefix}l0/s{index:05d}")
+        return ExchangeRead(self.tmp_url, (fetch,), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
-    def choose_exchange(self, nbytes: int, max_workers: int | None) -> Any:
-        """The selector's choice of a one-level exchange for ``nbytes`` (profile of the tmp store)."""
-        from croupier.model.selector import choose
+    def _bind_partitioned(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> dict[str, Bound]:
+        """Bind the main input and the co-partitioned side inputs with one P."""
+        assert isinstance(stage.source, ExchangeInput)
+        named = {"": inputs[id(stage.source.stage)]}
+        named.update({k: inputs[id(v.stage)] for k, v in stage.sides.items() if v.read == "partition"})
+        main = named[""]
+        total = sum(o.bytes for o in named.values())
+        if main.early:
+            assert isinstance(main.plan, ExchangePlan)
+            template = Decision(main.plan, f"{main.plan.describe()} (bound before the producers ran)")
+        elif stage.workers:
+            template = self.binder.fixed(stage.workers, main.tasks, _buckets(main))
+        else:
+            template = self.binder.late(total, main.tasks, _buckets(main))
+        bound = {}
+        for name, producer in named.items():
+            plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine, producer.tasks, _buckets(producer))
+            assert isinstance(plan, ExchangePlan)
+            if plan.workers != template.workers:
+                raise ConfigError(f"stage {stage.name!r}: inputs partitioned {plan.workers} and {template.workers} ways cannot be joined partition-wise")
+            bound[name] = self._bound(producer, replace(template, plan=plan))
+        self._run_levels(stage, list(bound.values()))
+        for b in bound.values():
+            out.notes.append(f"reads {b.producer.stage.name}: {format_bytes(b.producer.bytes)} -> {b.decision.how}")
+            self._record_exchange(stage, b)
+        return bound
 
-        if self._profile is None:
-            self._profile = self.config.load_profile(self.tmp_url)
-        return choose(nbytes, self._profile, max_workers=max_workers, concurrency=self.config.concurrency, max_levels=1)
+    def _bind_broadcast(self, producer: StageOutput, consumers: int, out: StageOutput) -> Bound:
+        decision = self.binder.broadcast(producer.bytes, producer.tasks, consumers)
+        bound = self._bound(producer, decision)
+        self._run_levels(out.stage, [bound])
+        out.notes.append(f"reads {producer.stage.name}: {decision.how}")
+        self._record_exchange(out.stage, bound)
+        return bound
 
-    def estimate_tasks(self, source: ScanInput | StageInput) -> int:
-        """How many tasks a stage reading ``source`` will run (scans: exact; exchanges: a guess)."""
-        if isinstance(source, ScanInput):
-            return len(self._splits(source.spec)[0])
-        if source.mode == "all":
-            return 1
-        return self.config.concurrency
+    def _bound(self, producer: StageOutput, decision: Decision) -> Bound:
+        with self._lock:
+            producer.bindings += 1
+            prefix = f"{producer.prefix}x{producer.bindings}/"
+        return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
 
+    def _run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
+        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side)."""
+        deepest = max(b.decision.plan.levels for b in bounds)
+        for level in range(1, deepest):
+            tasks: list[Task] = []
+            owners: list[tuple[Bound, int]] = []
+            for b in bounds:
+                plan = b.decision.plan
+                if level >= plan.levels:
+                    continue
+                wait = self.config.request_timeout
+                for w in range(plan.workers):
+                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix))
+                    inputs = tuple(f.as_input(self.tmp_url) for f in fetches) if self.config.prefetch else ()
+                    args = (self.tmp_url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
+                    tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
+                    owners.append((b, w))
+            results = self._batcher.map(f"{stage.name} level {level + 1}", tasks)
+            fresh: dict[int, list[Written]] = {}
+            for (b, w), result in zip(owners, results):
+                fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value
+            for b in bounds:
+                if id(b) in fresh:
+                    b.written, b.last_prefix = fresh[id(b)], b.prefix
+
+    def _record_exchange(self, consumer: Stage, bound: Bound) -> None:
+        """Keep the binding (with the candidates the selector compared) for the run report."""
+        decision = bound.decision
+        entry: dict[str, Any] = {
+            "producer": bound.producer.stage.name,
+            "consumer": consumer.name,
+            "bytes": bound.producer.bytes,
+            "producers": bound.producer.tasks,
+            "plan": decision.plan.name,
+            "workers": decision.workers,
+            "how": decision.how,
+            "predicted_requests": decision.plan.predicted_requests(),
+        }
+        if decision.choice is not None:
+            ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
+            entry["predicted_seconds"] = decision.choice.best.seconds
+            entry["candidates"] = [{"plan": c.plan.name, "workers": c.workers, "seconds": round(c.seconds, 4), "cost": c.cost, "dominant": c.dominant().name} for c in ranked]
+        with self._lock:
+            self.run.report.exchanges.append(entry)
+
+    # --- writing ------------------------------------------------------------------------------------
+    def _producer_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
+        """The plan this stage's tasks write level 1 with (exchange sinks only)."""
+        sink = stage.sink
+        if not isinstance(sink, ExchangeSink):
+            return
+        n = max(1, out.tasks)
+        if sink.plan is not None:
+            out.plan, out.early = replace(sink.plan, senders=n), True
+            return
+        if isinstance(sink.partitioning, SinglePartitioning):
+            out.plan = ExchangePlan(Topology((1,)), True, n, 1)
+            return
+        if self.binder.needs_early() and isinstance(sink.partitioning, HashPartitioning):
+            estimate = self._input_bytes(stage, inputs, out)
+            decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)")
+            out.plan, out.early = decision.plan, True
+            out.notes.append(f"writes: {decision.how}")
+            return
+        buckets = self.binder.fine_buckets()
+        out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
+
+    def _input_bytes(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> int:
+        """Bytes a stage reads: scan bytes needed, or its inputs' exchange bytes."""
+        if isinstance(stage.source, ScanSource):
+            splits, counts = self._splits(stage.source.spec)
+            return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)
+        return sum(o.bytes for o in inputs.values())
+
+    def _write(self, stage: Stage, index: int, out: StageOutput) -> Any:
+        sink = stage.sink
+        if isinstance(sink, ResultSink):
+            return ResultWrite()
+        if isinstance(sink, OutputSink):
+            return OutputWrite(sink.url, sink.fmt, f"part-{index:05d}-{sink.tag}", sink.max_rows_per_file)
+        assert out.plan is not None
+        fmt = self.records_format if stage.rep == "records" else self.frames_format
+        return ExchangeWrite(self.tmp_url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}")
+
+    # --- scans -----------------------------------------------------------------------------------------
     def _splits(self, spec: ScanSpec) -> tuple[list[Any], dict[str, int]]:
-        """The splits of a scan (cached: the compiler may ask before the stage runs)."""
+        """The splits of a scan (cached: the planner may ask before the stage runs)."""
         with self._lock:
             cached = self._split_cache.get(id(spec))
         if cached is not None:
@@ -324,6 +555,15 @@ class DagRunner:
         return byte_splits(base, objects, target), {}
 
 
+def _eager(stage: Stage) -> bool:
+    return isinstance(stage.sink, ExchangeSink) and stage.sink.eager
+
+
+def _buckets(out: StageOutput) -> int:
+    assert isinstance(out.plan, ExchangePlan), f"stage {out.stage.name} did not write a partitioned exchange"
+    return out.plan.bucket_count
+
+
 def scan_schema(spec: ScanSpec, run: Run | Any) -> pl.Schema:
     """The file schema of a scan, from its first object (``run`` provides ``store(url)``)."""
     base, objects = resolve(spec.url, run.store)
@@ -335,25 +575,33 @@ def scan_schema(spec: ScanSpec, run: Run | Any) -> pl.Schema:
     return gensort_schema()
 
 
+def read_output(runner: DagRunner, out: StageOutput) -> pl.DataFrame:
+    """The rows a stage wrote into its exchange, in task order (the driver as the one consumer)."""
+    from croupier.dag.task import read as read_spec
+    from croupier.compute.context import TaskContext
+
+    bound = runner._bound(out, runner.binder.broadcast(out.bytes, out.tasks, 1))
+    spec = runner._exchange_read(bound, 0)
+    ctx = TaskContext("driver", runner.config, backends={})
+    data = read_spec(ctx, spec)
+    runner.run.driver_io.merge(ctx.io)
+    return data  # type: ignore[no-any-return]
+
+
 @dataclass
 class JobResult:
-    """Outputs of a low-level job: the final stages' data (PlainSink) or files (ParquetSink)."""
+    """Outputs of a low-level job: the final stages' rows (exchange sinks) or files (output sinks)."""
 
     frames: list[pl.DataFrame | None]
     outputs: list[StageOutput]
     report: Any
 
 
-def read_output(runner: DagRunner, out: StageOutput) -> pl.DataFrame:
-    """The rows a PlainSink/HashSink/RangeSink stage wrote, in task (and bucket) order."""
-    return read_pieces(runner.run.store(runner.tmp_url), [p for p in (o.piece(0, len(o.offsets) - 1) for o in out.objects) if p is not None], out.schema)
-
-
 def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url: str | None = None) -> JobResult:
     """Run the low-level job whose final stages are ``stages``.
 
     Intermediate objects go under ``<tmp_url or config.tmp_url>/_croupier_tmp/<run id>`` and are
-    deleted at the end, on success and on failure; outputs of ParquetSink stages stay.
+    deleted at the end, on success and on failure; outputs of output-sink stages stay.
     """
     base = tmp_url or config.tmp_url
     if base is None:
@@ -362,7 +610,7 @@ def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url:
     runner = DagRunner(run, f"{base.rstrip('/')}/_croupier_tmp/{run.run_id}")
     try:
         outputs = [runner.result(s) for s in stages]
-        frames = [None if isinstance(o.stage.sink, ParquetSink) else read_output(runner, o) for o in outputs]
+        frames = [read_output(runner, o) if isinstance(o.stage.sink, ExchangeSink) else None for o in outputs]
     finally:
         runner.close()
         run.store(runner.tmp_url).delete_prefix()

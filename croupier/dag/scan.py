@@ -5,7 +5,7 @@
   of the needed columns, as concurrent ranged GETs (Lambada §4), then decodes them.
 * CSV: byte ranges aligned to line boundaries: a line belongs to the split holding its first byte.
   Quoted fields must not contain line breaks.
-* gensort: byte ranges on 100-byte record boundaries; columns ``key`` (10 bytes) and ``value``.
+* gensort: byte ranges on 100-byte record boundaries; columns ``key`` (10 bytes) and ``payload``.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def resolve(url: str, open_store: Callable[[str], Store]) -> tuple[str, list[Obj
 
 
 def gensort_schema() -> pl.Schema:
-    return pl.Schema({"key": pl.Binary, "value": pl.Binary})
+    """gensort records as rows: the 10-byte ``key`` and the 90-byte ``payload`` (TeraSort Parquet's names)."""
+    return pl.Schema({"key": pl.Binary, "payload": pl.Binary})
 
 
 def parquet_schema(store: Store, obj: ObjectInfo) -> pl.Schema:
@@ -378,6 +379,6 @@ def _read_gensort(store: Store, split: Split) -> pl.DataFrame:
     records = raw.reshape(-1, RECORD)
     keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(10), len(records), [None, pa.py_buffer(np.ascontiguousarray(records[:, :10]).tobytes())])
     values = pa.FixedSizeBinaryArray.from_buffers(pa.binary(90), len(records), [None, pa.py_buffer(np.ascontiguousarray(records[:, 10:]).tobytes())])
-    df = pl.from_arrow(pa.table({"key": keys.cast(pa.binary()), "value": values.cast(pa.binary())}))
+    df = pl.from_arrow(pa.table({"key": keys.cast(pa.binary()), "payload": values.cast(pa.binary())}))
     assert isinstance(df, pl.DataFrame)
     return df

@@ -1,20 +1,29 @@
-"""Exchange plans: which objects each worker writes and reads at each level; pure and countable.
+"""Exchange plans: which objects each task writes and reads at each level; pure and countable.
 
 ::
 
-    level 1            level 2                  level k
-    senders ──objects──> workers ──objects──> ... ──> receivers (worker id = partition id)
+    M producers ──level 1──> P workers ──level 2──> ... ──level k──> P consumers
+    (senders)    objects                 objects                     (worker id = partition id)
 
-An :class:`ExchangePlan` is a topology plus a choice of write combining. It never touches storage:
-the executor (:mod:`croupier.jobs.shuffle`) asks it for keys and routes, and tests and the model ask
-it how many requests of each kind an exchange costs. Per level i with group size g_i:
+An :class:`ExchangePlan` is a topology of P workers, a choice of write combining, the number M of
+producers (senders of level 1; any M, not only P) and the number B >= P of buckets the producers
+cut their data into. Partition p owns the contiguous buckets [p*B//P, (p+1)*B//P): with B = P a
+bucket is a partition; with B > P the producers could write before P was chosen (late binding),
+and each partition is a run of buckets. The plan never touches storage: the exchange executor
+(:mod:`croupier.exchange.move`) asks it for keys and routes, tests and the model ask it how many
+requests of each kind an exchange costs. Per level, with senders S (= M at level 1, else P):
 
-    plain:           P * g_i PUTs (one object per sender and receiver), P * g_i GETs
-    write combining: P PUTs (one object per sender), P * g_i ranged GETs (one byte range each)
+    plain:           S * g_i PUTs (one object per sender and group member), S * g_i GETs
+    write combining: S PUTs (one object per sender), S * g_i ranged GETs (one byte range each)
 
-so direct (k=1) is 2P^2 requests, two levels about 4P*sqrt(P), k levels sum_i 2P*g_i, and write
-combining k*P writes. Receivers read in sender order; with digit 1 least significant and levels
-taken in order, every receiver then sees records in mapper order, whatever the topology.
+so the classic direct exchange (M = P, k = 1) is 2P^2 requests, two levels about 4P*sqrt(P),
+and write combining k*P writes.
+
+Level 1 with M != P: producer s acts as the virtual worker v(s) = s*P // M (monotone in s), so its
+data goes to the group of v(s), and every level-1 receiver reads the producers whose virtual
+worker is in its group. Every chunk of data keeps the index of the producer it came from, and a
+consumer orders its chunks by (bucket, producer): the rows a consumer sees are in the same order
+whatever the topology, P or write combining (so every plan gives byte-identical sorted output).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from croupier.exchange.topology import Topology
 
 @dataclass(frozen=True)
 class ObjectWrite:
-    """One object a worker writes at a level, holding data for ``receivers`` (in that order)."""
+    """One object a task writes at a level, holding data for ``receivers`` (in that order)."""
 
     key: str
     receivers: tuple[int, ...]
@@ -34,11 +43,18 @@ class ObjectWrite:
 
 @dataclass(frozen=True)
 class ObjectRead:
-    """One object (or one receiver's byte range of it, with write combining) a worker reads."""
+    """One object (or, with write combining, one byte range of it) a worker reads at a level.
+
+    ``segment`` is the index of the reader's segment in a combined object: at level 1, the first
+    bucket of its range (it reads buckets ``segment`` .. ``segment_end``); at later levels, its
+    position in the sender's group.
+    """
 
     key: str
     sender: int
     ranged: bool
+    segment: int = 0
+    segment_end: int = 0
 
 
 @dataclass(frozen=True)
@@ -53,19 +69,33 @@ class LevelCount:
     objects: int
     bytes_moved: int = 0  # D: every level writes and reads all the data once
     object_bytes: int = 0  # average object size: D / objects
+    read_bytes: int = 0  # average bytes of one read: D / reads
 
 
 @dataclass(frozen=True)
 class ExchangePlan:
-    """A k-level exchange (k=1: direct) among ``topology.workers`` workers, optionally write-combined."""
+    """A k-level exchange (k=1: direct) from M producers to ``topology.workers`` consumers.
+
+    ``senders``: M, the producers (None: M = P). ``buckets``: B >= P, the buckets producers cut
+    their data into (None: B = P).
+    """
 
     topology: Topology
     combine: bool = False
+    senders: int | None = None
+    buckets: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.senders is not None and self.senders < 1:
+            raise ValueError(f"an exchange needs at least one producer, got {self.senders}")
+        if self.buckets is not None and self.buckets < self.workers:
+            raise ValueError(f"{self.buckets} buckets cannot feed {self.workers} partitions; buckets must be >= P")
 
     @classmethod
-    def direct(cls, workers: int, combine: bool = False) -> ExchangePlan:
-        return cls(Topology.direct(workers), combine)
+    def direct(cls, workers: int, combine: bool = False, senders: int | None = None, buckets: int | None = None) -> ExchangePlan:
+        return cls(Topology.direct(workers), combine, senders, buckets)
 
+    # --- shape ---------------------------------------------------------------------------------
     @property
     def name(self) -> str:
         """Short label: "direct", "2-level 3x4", with "+wc" for write combining."""
@@ -80,44 +110,100 @@ class ExchangePlan:
 
     @property
     def workers(self) -> int:
+        """P: level-2..k workers and consumers."""
         return self.topology.workers
+
+    @property
+    def producers(self) -> int:
+        """M: the tasks that write level 1."""
+        return self.senders if self.senders is not None else self.workers
+
+    @property
+    def bucket_count(self) -> int:
+        """B: buckets the producers cut their data into."""
+        return self.buckets if self.buckets is not None else self.workers
 
     @property
     def levels(self) -> int:
         return self.topology.levels
 
+    def describe(self) -> str:
+        """One line: the plan with its producers, consumers and buckets."""
+        extra = f", B={self.bucket_count} buckets" if self.bucket_count != self.workers else ""
+        return f"{self.name}: M={self.producers} producers -> P={self.workers} consumers{extra}"
+
+    # --- buckets and partitions -------------------------------------------------------------------
+    def bucket_start(self, partition: int) -> int:
+        """First bucket of ``partition`` (partition P gives B, the end)."""
+        return partition * self.bucket_count // self.workers
+
+    def partition_of(self, bucket: int) -> int:
+        """The partition owning ``bucket``."""
+        return ((bucket + 1) * self.workers - 1) // self.bucket_count
+
+    def virtual(self, sender: int) -> int:
+        """The worker a level-1 sender stands in for: s*P // M."""
+        return sender * self.workers // self.producers
+
+    def level_senders(self, level: int) -> int:
+        """How many tasks write objects at ``level``: M at level 0, P after."""
+        return self.producers if level == 0 else self.workers
+
+    def route(self, level: int, partition: int) -> int:
+        """Index, within the sender's group at ``level``, of the receiver a partition goes to."""
+        return self.topology.digit(partition, level)
+
+    # --- objects -------------------------------------------------------------------------------------
     def key(self, level: int, sender: int, receiver: int | None) -> str:
         """Key of the object ``sender`` writes at ``level`` for ``receiver`` (None: combined)."""
         if receiver is None:
             return f"l{level}/s{sender:05d}"
         return f"l{level}/s{sender:05d}/r{receiver:05d}"
 
-    def writes(self, level: int, worker: int) -> list[ObjectWrite]:
-        """Objects ``worker`` writes at ``level`` (0-based)."""
-        group = tuple(self.topology.group(worker, level))
+    def _sender_group(self, level: int, sender: int) -> list[int]:
+        return self.topology.group(self.virtual(sender) if level == 0 else sender, level)
+
+    def writes(self, level: int, sender: int) -> list[ObjectWrite]:
+        """Objects ``sender`` writes at ``level`` (0-based); senders are producers at level 0."""
+        group = tuple(self._sender_group(level, sender))
         if self.combine:
-            return [ObjectWrite(self.key(level, worker, None), group)]
-        return [ObjectWrite(self.key(level, worker, r), (r,)) for r in group]
+            return [ObjectWrite(self.key(level, sender, None), group)]
+        return [ObjectWrite(self.key(level, sender, r), (r,)) for r in group]
+
+    def senders_of(self, level: int, worker: int) -> list[int]:
+        """The tasks ``worker`` reads from after ``level``, in sender order."""
+        group = self.topology.group(worker, level)
+        if level > 0:
+            return group
+        members = set(group)
+        return [s for s in range(self.producers) if self.virtual(s) in members]
 
     def reads(self, level: int, worker: int) -> list[ObjectRead]:
         """Objects (or ranges) ``worker`` reads after ``level``, in sender order."""
-        senders = self.topology.group(worker, level)
-        if self.combine:
-            return [ObjectRead(self.key(level, s, None), s, True) for s in senders]
-        return [ObjectRead(self.key(level, s, worker), s, False) for s in senders]
+        senders = self.senders_of(level, worker)
+        if not self.combine:
+            return [ObjectRead(self.key(level, s, worker), s, False) for s in senders]
+        if level == 0:
+            block = self.topology.block(worker, 0)
+            first, end = self.bucket_start(block.start), self.bucket_start(block.stop)
+            return [ObjectRead(self.key(0, s, None), s, True, first, end) for s in senders]
+        position = self.topology.digit(worker, level)
+        return [ObjectRead(self.key(level, s, None), s, True, position, position + 1) for s in senders]
 
-    def route(self, level: int, partition: int) -> int:
-        """Index, within the sender's group at ``level``, of the receiver a partition goes to."""
-        return self.topology.digit(partition, level)
+    def segments(self, level: int) -> int:
+        """Segments in one combined object of ``level``: B buckets at level 0, g_i after."""
+        return self.bucket_count if level == 0 else self.topology.groups[level]
 
+    # --- counting ------------------------------------------------------------------------------------
     def counts(self, data_bytes: int = 0) -> list[LevelCount]:
         """Requests, objects and bytes per level for ``data_bytes`` shuffled (no storage involved)."""
-        p = self.workers
         out = []
         for level, g in enumerate(self.topology.groups):
-            objects = p if self.combine else p * g
-            gets, ranged = (0, p * g) if self.combine else (p * g, 0)
-            out.append(LevelCount(level, g, objects, gets, ranged, objects, data_bytes, data_bytes // objects))
+            senders = self.level_senders(level)
+            objects = senders if self.combine else senders * g
+            reads = senders * g
+            gets, ranged = (0, reads) if self.combine else (reads, 0)
+            out.append(LevelCount(level, g, objects, gets, ranged, objects, data_bytes, data_bytes // objects, data_bytes // reads))
         return out
 
     def predicted_requests(self) -> dict[str, int]:
@@ -130,8 +216,8 @@ class ExchangePlan:
         }
 
 
-def all_plans(workers: int, max_levels: int | None = None) -> list[ExchangePlan]:
-    """Every candidate topology of ``workers``, each with and without write combining."""
+def all_plans(workers: int, max_levels: int | None = None, senders: int | None = None, buckets: int | None = None, combine: tuple[bool, ...] = (False, True)) -> list[ExchangePlan]:
+    """Every candidate topology of ``workers``, each with the write-combining choices ``combine``."""
     from croupier.exchange.topology import candidates
 
-    return [ExchangePlan(t, combine) for t in candidates(workers, max_levels) for combine in (False, True)]
+    return [ExchangePlan(t, c, senders, buckets) for t in candidates(workers, max_levels) for c in combine]

@@ -1,12 +1,17 @@
 """Exchange topologies: P workers on a k-dimensional grid, P = g_1 * ... * g_k, for any P.
 
-A worker (and a partition) id is written in mixed radix with digit 1 least significant::
+A worker (and a partition) id is written in mixed radix with the digit of level 1 MOST significant::
 
-    id = d_1 + g_1 * (d_2 + g_2 * (d_3 + ...)),     0 <= d_i < g_i
+    id = d_1 * (g_2 * ... * g_k) + d_2 * (g_3 * ... * g_k) + ... + d_k,      0 <= d_i < g_i
 
 Level i of a k-level exchange moves every record to the worker whose digit i equals digit i of the
 record's partition, among the g_i workers that differ from the sender only in digit i (its group).
 After level k every record sits at the worker numbered like its partition (Lambada §5.3).
+
+Why level 1 is the most significant digit: the partitions a level-1 receiver collects are then a
+contiguous range of partition ids, so with partitions that are contiguous ranges of finer buckets
+(hash or key-range buckets a producer wrote before P was chosen) each level-1 receiver reads ONE
+byte range of each producer's object. That is what lets P and the topology be bound late.
 
 Candidates (MinFlow's topology optimizer): for each level count L, the factorisation of P into L
 factors >= 2 with the smallest sum, i.e. the fewest remote edges P * sum(g_i), by dynamic
@@ -56,18 +61,28 @@ class Topology:
         """k, the number of levels."""
         return len(self.groups)
 
+    def stride(self, level: int) -> int:
+        """Weight of digit ``level`` (0-based) in an id: the product of the later groups."""
+        return prod(self.groups[level + 1 :])
+
     def digit(self, worker: int, level: int) -> int:
         """Digit ``level`` (0-based) of ``worker`` (or of a partition id)."""
-        return (worker // prod(self.groups[:level])) % self.groups[level]
+        return (worker // self.stride(level)) % self.groups[level]
 
     def with_digit(self, worker: int, level: int, value: int) -> int:
         """``worker`` with its digit ``level`` replaced by ``value``."""
-        stride = prod(self.groups[:level])
-        return worker + (value - self.digit(worker, level)) * stride
+        return worker + (value - self.digit(worker, level)) * self.stride(level)
 
     def group(self, worker: int, level: int) -> list[int]:
         """The workers ``worker`` exchanges with at ``level`` (itself included), by digit value."""
         return [self.with_digit(worker, level, v) for v in range(self.groups[level])]
+
+    def block(self, worker: int, level: int) -> range:
+        """The partitions a receiver of ``level`` collects: those agreeing with ``worker`` on digits
+        0..level, a contiguous range of ids (see the module docstring)."""
+        size = self.stride(level)
+        first = worker // size * size
+        return range(first, first + size)
 
     def remote_edges(self) -> int:
         """Objects moved through storage by one exchange: P * sum(g_i)."""

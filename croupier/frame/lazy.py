@@ -30,14 +30,14 @@ from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
 from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, resolve
-from croupier.dag.stage import ParquetSink, PlainSink
+from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.errors import ConfigError
 from croupier.expr import Col, Expr, wrap
 from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 from croupier.frame.optimize import optimize
-from croupier.frame.physical import Compiler, finish
-from croupier.jobs.common import STAGING, commit, prepare_output
 from croupier.jobs.runtime import Run
+from croupier.plan.compile import Compiler, finish
+from croupier.plan.output import OutputWriter
 from croupier.report import RunReport
 from croupier.storage import open_store, split_url
 
@@ -82,8 +82,19 @@ def scan_csv(source: str | Path, separator: str = ",", has_header: bool = True, 
 
 
 def scan_gensort(source: str | Path, config: Config | None = None) -> LazyFrame:
-    """Lazily read gensort records as columns ``key`` (10 bytes) and ``value`` (90 bytes)."""
+    """Lazily read gensort records as columns ``key`` (10 bytes) and ``payload`` (90 bytes)."""
     return _scan(source, "gensort", config)
+
+
+def scan_table(source: str | Path, config: Config | None = None) -> LazyFrame:
+    """A TeraSort table: gensort objects, or Parquet objects with ``key`` and ``payload`` columns
+    (the format is read off the object names, as ``croupier sort`` does)."""
+    from croupier.ops.terasort import input_format
+
+    config = config or Config.from_env()
+    url = _as_url(source)
+    _, objects = resolve(url, _Stores(config).store)
+    return _scan(url, input_format(objects), config)
 
 
 def _exprs(items: Iterable[Any]) -> tuple[Expr, ...]:
@@ -111,6 +122,9 @@ class QueryResult:
     outputs: list[StageOutput] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     report: RunReport | None = None
+    compiler: Any = None
+    tmp_url: str | None = None
+    files: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = ["physical stages as run:"]
@@ -238,46 +252,62 @@ class LazyFrame:
             parts.append(self.last_run.describe())
             return "\n".join(parts)
         compiler = Compiler(None, self.config, dry=True)
-        finish(compiler, compiler.compile(plan), PlainSink())
-        parts.append("physical stages (preview; P is chosen per exchange at run time by the selector):")
+        finish(compiler, compiler.compile(plan), ExchangeSink(SinglePartitioning()))
+        parts.append("physical stages (preview; P, algorithm and topology are chosen per exchange at run time by the selector):")
         parts += ["  " + s.describe() for s in compiler.stages]
         parts += ["  note: " + n for n in compiler.notes]
         return "\n".join(parts)
 
     # --- running -----------------------------------------------------------------------------------
-    def _tmp_base(self, config: Config) -> str:
+    def _tmp_base(self, config: Config, output_url: str | None = None) -> str:
+        """Where a run keeps its temporaries: ``config.tmp_url``, else beside the output being
+        written, else the first scan's bucket (S3) or the system's temporary folder."""
         if config.tmp_url:
             return config.tmp_url.rstrip("/")
+        if output_url is not None:
+            return output_url.rstrip("/")
         first = next(n for n in _walk(self._node) if isinstance(n, Scan))
         scheme, bucket, _ = split_url(first.spec.url)
         if scheme == "s3":
             return f"s3://{bucket}"
         return Path(tempfile.gettempdir()).joinpath("croupier").as_uri()
 
-    def _run(self, sink: Any, config: Config | None, executor: Executor | None, read: bool) -> tuple[pl.DataFrame | None, StageOutput]:
+    def _run(self, sink: Sink, config: Config | None, executor: Executor | None, read: bool, job: str = "query", output: OutputWriter | None = None) -> tuple[pl.DataFrame | None, StageOutput, QueryResult]:
+        """Run the plan into ``sink``; with ``output``, check the output location first and commit
+        it when the last stage has finished (its requests count as the driver's)."""
         config = config or self.config
-        run = Run("query", config, executor)
+        run = Run(job, config, executor)
         config = run.config  # the executor's platform limits (e.g. Lithops) included
-        runner = DagRunner(run, f"{self._tmp_base(config)}/_croupier_tmp/{run.run_id}")
+        runner = DagRunner(run, f"{self._tmp_base(config, output.url if output is not None else None)}/_croupier_tmp/{run.run_id}")
         compiler = Compiler(runner, config)
         result = QueryResult()
         try:
+            if output is not None:
+                output.attach(run.store(output.url), run.run_id)
+                output.begin()
             last = finish(compiler, compiler.compile(self.optimized_plan()), sink)
             out = runner.result(last)
             frame = read_output(runner, out) if read else None
+            if output is not None:
+                result.files = output.commit(out, {"job": job, "run_id": run.run_id})
+        except BaseException:
+            runner.wait_all()
+            if output is not None:
+                output.abort()
+            raise
         finally:
             runner.close()
             run.store(runner.tmp_url).delete_prefix()
-            result.outputs, result.notes = list(runner.outputs), compiler.notes
+            result.outputs, result.notes, result.compiler, result.tmp_url = list(runner.outputs), compiler.notes, compiler, runner.tmp_url
             result.report = run.finish()
             self.last_run = result
-        return frame, out
+        return frame, out, result
 
     def collect(self, kind: str = "polars", config: Config | None = None, executor: Executor | None = None) -> Any:
         """Run the query; return a polars DataFrame, or an Arrow table (``kind="arrow"``) or pandas."""
         if kind not in COLLECT_KINDS:
             raise ConfigError(f"collect kind must be one of {COLLECT_KINDS}, got {kind!r}")
-        frame, _ = self._run(PlainSink(), config, executor, read=True)
+        frame, _, _ = self._run(ExchangeSink(SinglePartitioning()), config, executor, read=True)
         assert frame is not None
         frame = frame.rechunk()
         if kind == "arrow":
@@ -295,28 +325,17 @@ class LazyFrame:
     ) -> list[str]:
         """Run the query and write its rows as Parquet part files under ``path`` (a folder/prefix).
 
-        Files are named ``part-<task>-<n>.parquet`` in row order. They are written under a staging
-        prefix and moved into place only when the whole query succeeded, then ``_SUCCESS`` is
-        written; on failure nothing changes under ``path`` (an old output stays as it was).
+        Files are named ``part-<task>-<run tag>[-<n>].parquet`` in row order and listed by the
+        ``_SUCCESS`` manifest, written last: the one commit point. On failure nothing changes under
+        ``path`` (an old output stays as it was).
         """
-        config = config or self.config
-        url = _as_url(str(path).rstrip("/"))
-        store = open_store(url, config)
-        staging = f"{STAGING}/sink-{uuid.uuid4().hex[:12]}/"
-        try:
-            replaces = prepare_output(store, overwrite)
-            _, out = self._run(ParquetSink(url, max_rows_per_file, staging), config, executor, read=False)
-            files = sorted(name for name, _ in out.files)
-            if not files:
-                from croupier.dag.stage import empty_output
+        return self._sink(path, "parquet", max_rows_per_file, overwrite, config, executor)
 
-                files = ["part-00000-0000.parquet"]
-                store.put(staging + files[0], empty_output(ParquetSink(url), dict(out.schema)))
-            commit(store, staging, files, {"job": "query", "files": files, "rows": out.rows}, replaces)
-        finally:
-            store.delete_prefix(staging)
-            store.close()
-        return [posixpath.join(url, f) for f in files]
+    def _sink(self, path: str | Path, fmt: str, max_rows_per_file: int | None, overwrite: bool, config: Config | None, executor: Executor | None, job: str = "query") -> list[str]:
+        url = _as_url(str(path).rstrip("/"))
+        writer = OutputWriter(url, overwrite)
+        _, _, result = self._run(OutputSink(url, fmt, writer.tag, max_rows_per_file), config, executor, read=False, job=job, output=writer)
+        return [posixpath.join(url, f) for f in result.files]
 
 
 def _polars(node: Node) -> pl.LazyFrame:

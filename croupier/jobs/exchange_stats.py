@@ -15,7 +15,7 @@ from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.errors import ValidationError
 from croupier.exchange.plan import ExchangePlan, LevelCount, all_plans
-from croupier.jobs.common import MANIFEST
+from croupier.jobs.common import read_manifest
 from croupier.jobs.sort import sort
 from croupier.report import RunReport
 from croupier.storage import open_store
@@ -33,14 +33,14 @@ class LevelMeasure:
     bytes_read: int
 
 
-def stage_names(plan: ExchangePlan) -> list[str]:
-    """The sort stages that write level 1..k and read level k: map, level-2..level-k, reduce."""
-    return ["map", *[f"level-{i + 1}" for i in range(1, plan.levels)], "reduce"]
+def stage_names(report: RunReport, plan: ExchangePlan) -> list[str]:
+    """The sort stages that write level 1..k and read level k: map, levels 2..k, the reducers."""
+    return ["map", *[f"reduce level {i + 1}" for i in range(1, plan.levels)], "reduce"]
 
 
 def measured_levels(report: RunReport, plan: ExchangePlan) -> list[LevelMeasure]:
     """Exchange requests per level from a sort's report: level i is written by stage i, read by stage i+1."""
-    stages = [report.stage(name) for name in stage_names(plan)]
+    stages = [report.stage(name) for name in stage_names(report, plan)]
     return [
         LevelMeasure(
             level,
@@ -63,10 +63,10 @@ def matches(measured: list[LevelMeasure], predicted: list[LevelCount]) -> bool:
 
 def formula(plan: ExchangePlan, count: LevelCount) -> str:
     """The formula behind one level's prediction, spelled out."""
-    p, g = plan.workers, count.group
+    s, g = plan.level_senders(count.level), count.group
     if plan.combine:
-        return f"PUT P={p}; GET_RANGE P*g={p}*{g}"
-    return f"PUT=GET P*g={p}*{g}"
+        return f"PUT S={s}; GET_RANGE S*g={s}*{g}"
+    return f"PUT=GET S*g={s}*{g}"
 
 
 @dataclass
@@ -80,13 +80,17 @@ class PlanRun:
 
 
 def output_digest(url: str, config: Config) -> str:
-    """SHA-256 over the output objects' names and bytes (manifest excluded)."""
+    """SHA-256 over the bytes of the output's parts, in the manifest's order (part names carry
+    their run's tag, so they are left out)."""
     store = open_store(url, config)
+    manifest = read_manifest(store)
+    if manifest is None:
+        raise ValidationError(f"{url} has no _SUCCESS manifest: the sort did not commit")
     h = hashlib.sha256()
-    for obj in store.list():
-        if obj.key != MANIFEST:
-            h.update(obj.key.encode())
-            h.update(store.get(obj.key))
+    for part in manifest["parts"]:
+        data = bytes(store.get(part["key"]))
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
     return h.hexdigest()
 
 

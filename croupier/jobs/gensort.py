@@ -1,30 +1,24 @@
-"""The gensort job: write TeraSort input as N objects, generated in parallel by the workers."""
+"""The gensort job: write TeraSort input as N objects, generated in parallel by the workers.
+
+One stage on the DAG runner: each task generates its range of records (record ``i`` depends only
+on the seed and ``i``) and writes it as one output part; the ``_SUCCESS`` manifest commits them.
+"""
 
 from __future__ import annotations
 
 import math
 
-from croupier.compute.base import Executor, Task
-from croupier.compute.context import TaskContext
+from croupier.compute.base import Executor
 from croupier.config import Config
-from croupier.jobs.common import STAGING, commit, prepare_output
+from croupier.dag.runner import DagRunner
+from croupier.dag.stage import OutputSink, Stage, TaskSource
+from croupier.dag.task import GenerateRead
+from croupier.errors import ConfigError
 from croupier.jobs.runtime import Run
-from croupier.ops.gensort import generate
 from croupier.ops.records import RECORD_SIZE
+from croupier.plan.output import OutputWriter
 from croupier.report import RunReport
 from croupier.units import format_bytes
-
-
-def generate_part(ctx: TaskContext, url: str, key: str, first: int, count: int, seed: int, ascii_keys: bool) -> int:
-    """Task: generate records [first, first+count) and store them at ``key``; return the count."""
-    records = generate(first, count, seed, ascii_keys)
-    ctx.store(url).put(key, memoryview(records.reshape(-1)))
-    return count
-
-
-def part_name(index: int) -> str:
-    """Input object names: ``part-00000.dat`` ... (sorted in record order)."""
-    return f"part-{index:05d}.dat"
 
 
 def gensort(
@@ -39,26 +33,25 @@ def gensort(
 ) -> RunReport:
     """Generate ``size`` bytes (rounded down to whole records) of gensort data as ``parts`` objects."""
     if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts}")
+        raise ConfigError(f"parts must be >= 1, got {parts}")
     records = size // RECORD_SIZE
+    bounds = [records * i // parts for i in range(parts + 1)]
+    writer = OutputWriter(output_url, overwrite)
     run = Run("gensort", config, executor)
-    config = run.config  # the executor's platform limits (e.g. Lithops) included
-    out = run.store(output_url)
-    staging = f"{STAGING}/{run.run_id}/out/"
+    runner = DagRunner(run, f"{(run.config.tmp_url or output_url).rstrip('/')}/_croupier_tmp/{run.run_id}")
     try:
-        replaces = prepare_output(out, overwrite)
-        bounds = [records * i // parts for i in range(parts + 1)]
-        names = [part_name(i) for i in range(parts)]
-        tasks = [
-            Task(f"gensort-{i}", generate_part, (output_url, staging + names[i], bounds[i], bounds[i + 1] - bounds[i], seed, ascii_keys))
-            for i in range(parts)
-        ]
-        run.stage("generate", tasks)
-        manifest = {"job": "gensort", "run_id": run.run_id, "records": records, "parts": parts, "seed": seed, "ascii": ascii_keys}
-        commit(out, staging, names, manifest, replaces)
+        writer.attach(run.store(output_url), run.run_id)
+        writer.begin()
+        reads = tuple(GenerateRead(bounds[i], bounds[i + 1] - bounds[i], seed, ascii_keys) for i in range(parts))
+        stage = Stage("generate", TaskSource(reads), sink=OutputSink(output_url, "records-gensort", writer.tag), rep="records")
+        out = runner.result(stage)
+        writer.commit(out, {"job": "gensort", "run_id": run.run_id, "records": records, "seed": seed, "ascii": ascii_keys})
         run.report.summary.update(records=records, bytes=format_bytes(records * RECORD_SIZE), parts=parts, seed=seed, ascii=ascii_keys)
+    except BaseException:
+        writer.abort()
+        raise
     finally:
-        out.delete_prefix(staging)  # nothing half-written is left as if it were data
+        runner.close()
         report = run.finish()
     return report
 

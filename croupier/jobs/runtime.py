@@ -88,8 +88,11 @@ class Run:
         report = StageReport(name, tasks=len(results), wall_seconds=wall_seconds)
         for result in results:
             report.io.merge(result.io)
-            if "exchange" in result.channels:
-                report.exchange.merge(result.channels["exchange"])
+            for channel, stats in result.channels.items():
+                if channel == "exchange" or channel.startswith("x:"):
+                    report.exchange.merge(stats)
+                if channel.startswith("x:"):
+                    report.channels.setdefault(channel, IOStats()).merge(stats)
             report.task_seconds += result.seconds
             report.slowest_task_seconds = max(report.slowest_task_seconds, result.seconds)
             report.peak_rss = max(report.peak_rss, result.peak_rss)

@@ -11,24 +11,23 @@ worker's memory stays bounded; the driver joins the per-object summaries.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Mapping
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from croupier.compute.base import Executor, Task
-from croupier.compute.context import TaskContext
+from croupier.compute.base import Executor
 from croupier.config import Config
+from croupier.dag.operators import Operator
+from croupier.dag.runner import DagRunner
+from croupier.dag.stage import ResultSink, Stage, TaskSource
+from croupier.dag.task import PiecesRead
 from croupier.errors import InputError
 from croupier.jobs.common import list_inputs, read_manifest
 from croupier.jobs.runtime import Run
-from croupier.ops.formats import detect_format, read_records, records_from_table
-from croupier.ops.records import RECORD_SIZE, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
+from croupier.ops.formats import detect_format
+from croupier.ops.records import RECORD_SIZE, RecordRuns, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
+from croupier.ops.terasort import Piece
 from croupier.report import RunReport
 from croupier.storage import ObjectInfo, Store
-from croupier.storage.rangefile import RangeFile
 
 CHUNK_RECORDS = 1 << 19  # 52 MB of records per ranged read
 
@@ -73,53 +72,46 @@ class ValsortResult:
         return data
 
 
-def iter_chunks(store: Store, info: ObjectInfo) -> Iterator[np.ndarray]:
-    """Records of one object in bounded chunks, by ranged reads (gensort: record ranges; Parquet:
-    batches of row groups through a ranged-read file), so memory does not grow with object size."""
-    where = f"{store.url}/{info.key}"
-    fmt = detect_format(info.key)
-    if fmt == "parquet":
-        yield from _parquet_chunks(store, info, where)
-        return
-    if info.size % RECORD_SIZE:
-        raise InputError(f"{where}: size {info.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size")
-    step = CHUNK_RECORDS * RECORD_SIZE
-    if info.size <= step:
-        yield read_records(store.get(info.key), fmt, where)
-        return
-    for start in range(0, info.size, step):
-        yield read_records(store.get_range(info.key, start, min(info.size, start + step)), fmt, where)
+@dataclass(frozen=True)
+class Summarise(Operator):
+    """valsort's kernel: count, checksum and (if asked) order statistics of one output piece."""
 
+    check_order: bool = True
+    kind = "records_validate"
 
-def _parquet_chunks(store: Store, info: ObjectInfo, where: str) -> Iterator[np.ndarray]:
-    try:
-        parquet = pq.ParquetFile(RangeFile(store, info.key, info.size), buffer_size=8 << 20)
-        for batch in parquet.iter_batches(batch_size=CHUNK_RECORDS, columns=["key", "payload"]):
-            yield records_from_table(pa.Table.from_batches([batch]), where)
-    except (pa.ArrowInvalid, OSError, KeyError) as exc:
-        raise InputError(f"{where}: not a readable TeraSort Parquet file ({exc}); is it truncated or corrupt?") from exc
-
-
-def summarise_object(ctx: TaskContext, url: str, info: ObjectInfo, check_order: bool) -> ObjectSummary:
-    """Task: count, checksum and (if asked) order statistics of one object."""
-    summary = ObjectSummary(info.key)
-    prev: np.ndarray | None = None
-    for records in iter_chunks(ctx.store(url), info):
+    def apply(self, data: RecordRuns, sides: Mapping[str, object]) -> ObjectSummary:  # type: ignore[override]
+        summary = ObjectSummary("")
+        records = data.concatenated()
         if not len(records):
+            return summary
+        summary.records = len(records)
+        summary.checksum = checksum(records)
+        if self.check_order:
+            hi, lo = key_columns(records)
+            summary.unordered = unsorted_count(hi, lo)
+            summary.duplicates = duplicate_count(hi, lo)
+            summary.first_key = bytes(records[0, :10]).hex()
+            summary.last_key = bytes(records[-1, :10]).hex()
+        return summary
+
+    def describe(self) -> str:
+        return f"valsort: {'order, count and checksum' if self.check_order else 'count and checksum'}"
+
+
+def _pieces(store: Store, objects: list[ObjectInfo]) -> list[Piece]:
+    """Output objects cut into pieces of at most CHUNK_RECORDS records (gensort) or whole (Parquet),
+    in output order, so a function's memory stays bounded."""
+    pieces = []
+    for o in objects:
+        where = f"{store.url}/{o.key}"
+        if detect_format(o.key) == "parquet":
+            pieces.append(Piece(o.key, "parquet", 0, -1))
             continue
-        summary.records += len(records)
-        summary.checksum = add_checksums(summary.checksum, checksum(records))
-        if check_order:
-            joined = records if prev is None else np.concatenate([prev, records])
-            hi, lo = key_columns(joined)
-            summary.unordered += unsorted_count(hi, lo)
-            summary.duplicates += duplicate_count(hi, lo)
-            if prev is None:
-                summary.first_key = bytes(records[0, :10]).hex()
-            prev = records[-1:]
-    if prev is not None:
-        summary.last_key = bytes(prev[0, :10]).hex()
-    return summary
+        if o.size % RECORD_SIZE:
+            raise InputError(f"{where}: size {o.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size")
+        n = o.size // RECORD_SIZE
+        pieces += [Piece(o.key, "gensort", a, min(n, a + CHUNK_RECORDS)) for a in range(0, n, CHUNK_RECORDS)] or [Piece(o.key, "gensort", 0, 0)]
+    return pieces
 
 
 def _output_objects(store: Store) -> list[ObjectInfo]:
@@ -139,21 +131,35 @@ def _output_objects(store: Store) -> list[ObjectInfo]:
 def valsort(output_url: str, config: Config, input_url: str | None = None, executor: Executor | None = None) -> tuple[ValsortResult, RunReport]:
     """Validate the sorted output under ``output_url`` (against ``input_url`` when given)."""
     run = Run("valsort", config, executor)
-    config = run.config  # the executor's platform limits (e.g. Lithops) included
+    runner = DagRunner(run, f"{(run.config.tmp_url or output_url).rstrip('/')}/_croupier_tmp/{run.run_id}")
     try:
-        outputs = _output_objects(run.store(output_url))
-        tasks = [Task(f"validate-{i}", summarise_object, (output_url, o, True)) for i, o in enumerate(outputs)]
-        summaries = [r.value for r in run.stage("validate", tasks)]
-        result = _join(summaries)
+        out_store = run.store(output_url)
+        outputs = _pieces(out_store, _output_objects(out_store))
+        stages = [_summary_stage("validate", output_url, outputs, True)]
         if input_url is not None:
-            inputs = list_inputs(run.store(input_url))
-            tasks = [Task(f"checksum-{i}", summarise_object, (input_url, o, False)) for i, o in enumerate(inputs)]
-            _compare(result, [r.value for r in run.stage("checksum", tasks)])
+            in_store = run.store(input_url)
+            stages.append(_summary_stage("checksum", input_url, _pieces(in_store, list_inputs(in_store)), False))
+        for s in stages:
+            runner.submit(s)  # both stages run side by side
+        result = _join(_named(outputs, runner.result(stages[0]).values))
+        if input_url is not None:
+            _compare(result, list(runner.result(stages[1]).values))
         run.report.summary.update({k: v for k, v in result.to_dict().items() if k != "problems"})
         run.report.summary["problems"] = "; ".join(result.problems) or "none"
     finally:
+        runner.close()
         report = run.finish()
     return result, report
+
+
+def _summary_stage(name: str, url: str, pieces: list[Piece], check_order: bool) -> Stage:
+    """A stage of one task per piece, each returning its piece's :class:`ObjectSummary`."""
+    reads = tuple(PiecesRead(url, (p,)) for p in pieces)
+    return Stage(name, TaskSource(reads), ops=(Summarise(check_order),), sink=ResultSink(), rep="records")
+
+
+def _named(pieces: list[Piece], summaries: list[ObjectSummary]) -> list[ObjectSummary]:
+    return [replace(s, key=p.key) for p, s in zip(pieces, summaries)]
 
 
 def _join(summaries: list[ObjectSummary]) -> ValsortResult:

@@ -115,8 +115,10 @@ def measure_compute(records: int = 400_000, repeats: int = 3) -> tuple[float, fl
 
 
 def _compute_once(records: int) -> tuple[float, float, float]:
-    from croupier.ops import partition, segments
+    from croupier.exchange import segments
+    from croupier.ops import partition
     from croupier.ops.gensort import generate
+    from croupier.ops.payload import RecordsCodec
     from croupier.ops.records import key_columns, sort_order, take
 
     recs = generate(0, records, seed=1)
@@ -129,8 +131,9 @@ def _compute_once(records: int) -> tuple[float, float, float]:
     grouped = take(recs, order)
     t_partition = time.perf_counter() - started
     started = time.perf_counter()
-    blob = segments.encode([(r, [grouped[bounds[r] : bounds[r + 1]]]) for r in range(16)], "raw")
-    segments.decode(b"".join(bytes(x) for x in blob), "raw", "calibration")
+    chunks = RecordsCodec("raw").encode({r: [grouped[bounds[r] : bounds[r + 1]]] for r in range(16)}, 0)
+    blob = segments.encode(segments.ordered(segments.decode(b"".join(bytes(x) for x in segments.encode(chunks)), "calibration")))
+    RecordsCodec("raw").decode(segments.decode(b"".join(bytes(x) for x in blob), "calibration"))
     t_regroup = time.perf_counter() - started
     started = time.perf_counter()
     take(recs, sort_order(hi, lo))
@@ -158,7 +161,7 @@ FIT_REPEATS = 2  # runs per fitting exchange; the fastest counts (this machine's
 
 def _exchange_seconds(report) -> float:  # type: ignore[no-untyped-def]
     """Wall time of the stages that move the data: map, levels, reduce."""
-    return sum(s.wall_seconds for s in report.stages if s.name in ("map", "reduce") or s.name.startswith("level-"))
+    return sum(s.wall_seconds for s in report.stages if s.name in ("map", "reduce") or s.name.startswith("reduce level"))
 
 
 def fit_exchanges(url: str, config: Config, profile: StorageProfile) -> StorageProfile:

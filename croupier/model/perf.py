@@ -92,24 +92,31 @@ def _io(kind: str, data: float, requests: int, size: float, profile: StorageProf
     return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s per worker x {c}")
 
 
-def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concurrency: int | None = None) -> Prediction:
-    """Predict the sort stages of ``plan`` on ``data_bytes`` with ``profile``'s store and functions."""
-    p = plan.workers
-    c = max(1, min(p, concurrency or profile.concurrency))
-    waves = math.ceil(p / c)
+def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concurrency: int | None = None, producers_done: bool = False) -> Prediction:
+    """Predict the stages of ``plan`` on ``data_bytes``: producers (M tasks: read input, partition,
+    write level 1), levels 2..k (P tasks: regroup), consumers (P tasks: read, sort, write output).
+
+    ``producers_done``: the producers have already written level 1 (late binding); their stage is
+    left out, since no plan can change it.
+    """
+    p, m = plan.workers, plan.producers
+    limit = concurrency or profile.concurrency
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
-    startup = Term("start-up", profile.startup_seconds + profile.wave_seconds * waves, f"{waves} wave(s) of {c} functions")
-    # A function's first task touches fresh memory (page faults); later tasks reuse it: ~ D/P.
-    touch = Term("first-touch memory", d / p * profile.first_touch_seconds_per_byte, f"{d / p / 1e6:,.0f} MB of fresh memory per function")
     stages = []
     for i in range(plan.levels + 1):
+        tasks = m if i == 0 else p
+        c = max(1, min(tasks, limit))
+        waves = math.ceil(tasks / c)
+        startup = Term("start-up", profile.startup_seconds + profile.wave_seconds * waves, f"{waves} wave(s) of {c} functions")
+        # A function's first task touches fresh memory (page faults); later tasks reuse it: ~ D/tasks.
+        touch = Term("first-touch memory", d / tasks * profile.first_touch_seconds_per_byte, f"{d / tasks / 1e6:,.0f} MB of fresh memory per function")
         if i == 0:
-            read = _io("read", d, p, d / p, profile, c)
+            read = _io("read", d, m, d / m, profile, c)
             compute = Term("compute", d * profile.partition_seconds_per_byte * profile.compute_scale / c, "partitioning records by key")
         else:
             prev = counts[i - 1]
-            read = _io("read", d, prev.gets + prev.ranged_gets, d / (p * prev.group), profile, c)
+            read = _io("read", d, prev.gets + prev.ranged_gets, prev.read_bytes, profile, c)
             per_byte = profile.sort_seconds_per_byte if i == plan.levels else profile.regroup_seconds_per_byte
             compute = Term("compute", d * per_byte * profile.compute_scale / c, "sorting" if i == plan.levels else "regrouping segments")
         if i < plan.levels:
@@ -117,9 +124,11 @@ def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concur
         else:
             write = _io("write", d, p, d / p, profile, c)
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
+        if i == 0 and producers_done:
+            continue
         stages.append(StagePrediction(name, (startup, touch, compute, read, write)))
     requests = plan.predicted_requests()
-    requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + p, "GET_RANGE": requests["GET_RANGE"]}
+    requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + m, "GET_RANGE": requests["GET_RANGE"]}
     prediction = Prediction(plan, data_bytes, tuple(stages), requests)
     return Prediction(plan, data_bytes, tuple(stages), requests, cost(prediction, profile))
 
@@ -129,7 +138,7 @@ def cost(prediction: Prediction, profile: StorageProfile) -> float:
     prices = profile.prices
     p, seconds = prediction.workers, prediction.seconds
     gb = profile.function_memory / 2**30
-    functions = (prices.function_gb_second * seconds * gb + prices.invocation) * p * (prediction.plan.levels + 1)
+    functions = (prices.function_gb_second * seconds * gb + prices.invocation) * p * len(prediction.stages)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))
     writes = prices.write_request * prediction.requests.get("PUT", 0)
     stored_gb = prediction.data_bytes * prediction.plan.levels / 1e9

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 from croupier.errors import ConfigError
-from croupier.exchange.plan import all_plans
+from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
 from croupier.model.profile import StorageProfile
 
@@ -74,16 +75,36 @@ def choose(
     max_workers: int | None = None,
     max_levels: int = 3,
     algorithm: str | None = None,
+    senders: int | None = None,
+    buckets: int | None = None,
+    topology: Topology | None = None,
+    producers_done: bool = False,
 ) -> Choice:
     """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given; only plans of
-    the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given)."""
+    the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given; exactly
+    ``topology`` when given).
+
+    ``senders`` is M, the producers (default P). ``buckets`` is B when the producers have already
+    cut their data into B buckets (late binding): then P <= B and level 1 is write-combined, the
+    only form a producer can write before P is known. ``producers_done``: leave the producers'
+    stage out of the comparison (it ran already).
+    """
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    sizes = [workers] if workers else list(search_range(data_bytes, profile, max_workers))
-    plans = [plan for p in sizes for plan in all_plans(p, max_levels) if algorithm is None or plan.family == algorithm]
+    combine = (True,) if buckets is not None else (False, True)
+    if topology is not None:
+        sizes = [topology.workers]
+        plans = [ExchangePlan(topology, c, senders, buckets) for c in combine]
+    else:
+        sizes = [workers] if workers else list(search_range(data_bytes, profile, max_workers))
+        if buckets is not None:
+            sizes = [p for p in sizes if p <= buckets] or [min(buckets, sizes[0])]
+        plans = [plan for p in sizes for plan in all_plans(p, max_levels, senders, buckets, combine)]
+    plans = [plan for plan in plans if algorithm is None or plan.family == algorithm]
     if not plans:
-        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}; algorithms are direct, k-level (k <= {max_levels}), each with +wc")
-    candidates = [predict(plan, data_bytes, profile, concurrency) for plan in plans]
+        late = " (late binding: the producers wrote before P was known, so only write-combined plans, P <= B)" if buckets is not None else ""
+        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc")
+    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done) for plan in plans]
     pool = [c for c in candidates if budget is None or c.cost <= budget]
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)

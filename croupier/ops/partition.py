@@ -59,3 +59,68 @@ def group_by_partition(parts: np.ndarray, partitions: int) -> tuple[np.ndarray, 
     bounds = np.zeros(partitions + 1, dtype=np.int64)
     np.cumsum(counts, out=bounds[1:])
     return order, bounds
+
+
+# --- frames: hash and key-range buckets of query rows (Polars kernels) ---------------------------
+
+import polars as pl  # noqa: E402 - the frame kernels below are the only users
+
+#: Seed of the hash every producer of an exchange uses, so equal keys meet in one bucket.
+HASH_SEED = 0x5EED
+
+
+def _key_exprs(df: pl.DataFrame, keys: tuple[str, ...] | list[str]) -> list[pl.Expr]:
+    """Key columns normalised so equal values hash equally whatever their integer/float width."""
+    exprs = []
+    for k in keys:
+        dtype = df.schema[k]
+        if dtype.is_integer():
+            exprs.append(pl.col(k).cast(pl.Int64))
+        elif dtype.is_float():
+            exprs.append(pl.col(k).cast(pl.Float64))
+        elif isinstance(dtype, (pl.Categorical, pl.Enum)):
+            exprs.append(pl.col(k).cast(pl.String))
+        else:
+            exprs.append(pl.col(k))
+    return exprs
+
+
+def hash_buckets(df: pl.DataFrame, keys: tuple[str, ...] | list[str], buckets: int) -> np.ndarray:
+    """Bucket of each row: a seeded hash of its key columns modulo ``buckets``."""
+    if buckets == 1 or df.height == 0:
+        return np.zeros(df.height, dtype=np.int64)
+    hashed = df.select(pl.struct(_key_exprs(df, keys)).hash(seed=HASH_SEED).alias("h")).to_series()
+    return (hashed % buckets).cast(pl.Int64).to_numpy()
+
+
+def sort_keys(df: pl.DataFrame, by: list[pl.Expr]) -> pl.DataFrame:
+    """The sort-key columns of ``df``, named __k0, __k1, ... (samples and splitters use these)."""
+    return df.select([e.alias(f"__k{i}") for i, e in enumerate(by)])
+
+
+def range_buckets(df: pl.DataFrame, by: list[pl.Expr], descending: list[bool] | tuple[bool, ...], nulls_last: bool, splitters: pl.DataFrame) -> np.ndarray:
+    """Bucket of each row: how many splitter rows sort at or before it (ties go up).
+
+    The rows' keys and the splitters are sorted together with the query's own sort rules, so
+    buckets agree exactly with the final order, nulls and descending keys included.
+    """
+    if splitters.height == 0 or df.height == 0:
+        return np.zeros(df.height, dtype=np.int64)
+    names = [f"__k{i}" for i in range(len(by))]
+    rows = sort_keys(df, by).with_columns(pl.lit(False).alias("__split"), pl.int_range(pl.len(), dtype=pl.Int64).alias("__row"))
+    cuts = splitters.rename(dict(zip(splitters.columns, names))).with_columns(pl.lit(True).alias("__split"), pl.lit(-1, dtype=pl.Int64).alias("__row"))
+    cuts = cuts.cast(dict(rows.schema))  # type: ignore[arg-type]
+    both = pl.concat([cuts, rows], how="vertical")
+    ordered = both.sort(names + ["__split"], descending=list(descending) + [True], nulls_last=nulls_last, maintain_order=True)
+    ordered = ordered.with_columns(pl.col("__split").cast(pl.Int64).cum_sum().alias("__bucket")).filter(~pl.col("__split"))
+    return ordered.sort("__row")["__bucket"].to_numpy()
+
+
+def choose_frame_splitters(samples: list[pl.DataFrame], descending: list[bool] | tuple[bool, ...], nulls_last: bool, parts: int) -> pl.DataFrame:
+    """``parts - 1`` rows of the sorted key sample at even quantiles (fewer if the sample is small)."""
+    sample = pl.concat(samples, how="vertical") if samples else pl.DataFrame()
+    if sample.height == 0 or parts <= 1:
+        return sample.head(0)
+    ordered = sample.sort(list(sample.columns), descending=list(descending), nulls_last=nulls_last)
+    picks = sorted({min(ordered.height - 1, (i * ordered.height) // parts) for i in range(1, parts)})
+    return ordered[picks]

@@ -11,6 +11,8 @@ per-record CRC32s, computed with vectorised numpy instead of one CRC call per re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from croupier.errors import InputError
@@ -124,3 +126,21 @@ def take(records: np.ndarray, order: np.ndarray) -> np.ndarray:
     fancy indexing on a ``V100`` view for 5M records.
     """
     return np.take(records, order, axis=0)
+
+
+@dataclass
+class RecordRuns:
+    """Records of a task as runs (one per input piece, never concatenated until a kernel needs
+    it), each with the global row position of its first record (the sort's tiebreak)."""
+
+    parts: list[np.ndarray]
+    first_rows: list[int]
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def concatenated(self) -> np.ndarray:
+        """All records as one ``(n, 100)`` array (no copy when there is one run)."""
+        if len(self.parts) == 1:
+            return self.parts[0]
+        return np.concatenate(self.parts) if self.parts else np.empty((0, RECORD_SIZE), np.uint8)

@@ -1,0 +1,268 @@
+"""What one task of a stage does, in a function: read, run the operators, write; return metadata.
+
+::
+
+    main read ─┐
+    side reads ─┴─> operators ──> write: exchange level 1 | output parts | result to the driver
+
+Reads and writes are described by small picklable specs the runner builds; this module turns them
+into I/O through the task's counted stores. Exchange objects move through the one exchange
+executor (:mod:`croupier.exchange.move`); the partitioners and codecs are pure CPU kernels from
+:mod:`croupier.ops`. A task returns only small metadata: segment boundaries, bytes, rows, key
+samples, output file names, or an operator's small result.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+import numpy as np
+import polars as pl
+
+from croupier.compute.context import TaskContext
+from croupier.dag.operators import Operator
+from croupier.dag.scan import ScanSpec, Split, read_split
+from croupier.dag.stage import HashPartitioning, Partitioning, RangePartitioning, RecordsRangePartitioning
+from croupier.exchange import move
+from croupier.exchange.broadcast import BroadcastPlan
+from croupier.exchange.move import Fetch, Written
+from croupier.exchange.segments import ordered
+from croupier.exchange.plan import ExchangePlan
+from croupier.expr import Expr
+from croupier.ops import partition, terasort
+from croupier.ops.gensort import generate
+from croupier.ops.payload import FrameCodec, RecordsCodec
+from croupier.ops.records import RECORD_SIZE, RecordRuns
+
+# --- reads ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScanRead:
+    """A split of stored files, read as a frame."""
+
+    spec: ScanSpec
+    split: Split
+    file_schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PiecesRead:
+    """TeraSort records: pieces of input objects, with their global first rows."""
+
+    url: str
+    pieces: tuple[terasort.Piece, ...]
+
+
+@dataclass(frozen=True)
+class GenerateRead:
+    """TeraSort records generated from the seed: rows [first, first + count)."""
+
+    first: int
+    count: int
+    seed: int
+    ascii: bool
+
+
+@dataclass(frozen=True)
+class SampleRead:
+    """A probe: rows and sampled composite keys of TeraSort pieces (the result is the sample)."""
+
+    url: str
+    pieces: tuple[terasort.Piece, ...]
+    samples: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class ExchangeRead:
+    """Chunks of an exchange: ``fetches`` under ``url``, decoded as ``rep`` with codec ``fmt``."""
+
+    url: str
+    fetches: tuple[Fetch, ...]
+    rep: str
+    fmt: str
+    schema: Mapping[str, Any] | None
+    wait: float
+    channel: str = "exchange"
+
+
+Read = Union[ScanRead, PiecesRead, GenerateRead, SampleRead, ExchangeRead]
+
+# --- writes -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExchangeWrite:
+    """Level 1 of an exchange: cut rows into the plan's buckets, write them as sender ``sender``."""
+
+    url: str
+    prefix: str
+    plan: ExchangePlan | BroadcastPlan
+    sender: int
+    partitioning: Partitioning
+    fmt: str
+    sample_by: tuple[Expr, ...] = ()
+    sample_rows: int = 0
+    channel: str = "exchange"
+
+
+@dataclass(frozen=True)
+class OutputWrite:
+    """Final output: this task's rows as part file(s) ``<name>[-<n>].<ext>`` under ``url``."""
+
+    url: str
+    fmt: str
+    name: str
+    max_rows_per_file: int | None = None
+
+
+@dataclass(frozen=True)
+class ResultWrite:
+    """Return the operators' result to the driver."""
+
+
+Write = Union[ExchangeWrite, OutputWrite, ResultWrite]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything one task needs, picklable."""
+
+    index: int
+    main: Read
+    sides: Mapping[str, ExchangeRead]
+    ops: tuple[Operator, ...]
+    write: Write
+
+    def inputs(self) -> tuple[tuple[str, str, int | None, int | None], ...]:
+        """What the task will read, for look-ahead prefetch."""
+        reads = [self.main, *self.sides.values()]
+        out: list[tuple[str, str, int | None, int | None]] = []
+        for read in reads:
+            if isinstance(read, ExchangeRead):
+                out += [f.as_input(read.url) for f in read.fetches]
+            elif isinstance(read, PiecesRead):
+                out += [(read.url, p.key, p.start * RECORD_SIZE, p.stop * RECORD_SIZE) if p.fmt == "gensort" else (read.url, p.key, None, None) for p in read.pieces]
+        return tuple(out)
+
+
+def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
+    """Read, run the operators, write the sink; return the small metadata the driver needs."""
+    data = read(ctx, spec.main)
+    sides = {name: read(ctx, r) for name, r in spec.sides.items()}
+    for op in spec.ops:
+        data = op.apply(data, sides)
+    return write(ctx, spec.write, data)
+
+
+def read(ctx: TaskContext, source: Read) -> Any:
+    """The data of one read spec: a frame, record runs, or a probe's sample."""
+    if isinstance(source, ScanRead):
+        return read_split(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema))
+    if isinstance(source, ExchangeRead):
+        chunks = ordered(move.fetch(ctx.store(source.url, source.channel), source.fetches, source.wait))
+        if source.rep == "records":
+            return RecordRuns([RecordsCodec(source.fmt).decode(chunks)], [0])
+        assert source.schema is not None, "frame exchange read without a schema"
+        return FrameCodec(source.fmt).decode(chunks, pl.Schema(source.schema))
+    if isinstance(source, PiecesRead):
+        store = ctx.store(source.url)
+        return RecordRuns([terasort.read_piece(store, p) for p in source.pieces], [p.first_row for p in source.pieces])
+    if isinstance(source, GenerateRead):
+        return RecordRuns([generate(source.first, source.count, source.seed, source.ascii)], [source.first])
+    return terasort.sample_pieces(ctx.store(source.url), list(source.pieces), source.samples, source.seed)
+
+
+def run_level(ctx: TaskContext, url: str, plan: ExchangePlan | BroadcastPlan, level: int, worker: int, fetches: tuple[Fetch, ...], wait: float, prefix: str, channel: str) -> Written:
+    """Task of an exchange's intermediate level: receive level ``level - 1``, pass it on."""
+    return move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix)[0]
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
+    """Write ``data`` as ``sink`` says; return the metadata for the driver."""
+    if isinstance(sink, ResultWrite):
+        return {"value": data}
+    if isinstance(sink, OutputWrite):
+        return {"files": write_output(ctx, sink, data)}
+    if isinstance(data, RecordRuns):
+        chunks, rows = _record_chunks(sink, data)
+        out: dict[str, Any] = {}
+    else:
+        chunks, rows, out = _frame_chunks(sink, data)
+    written, nbytes = move.write_level(ctx.store(sink.url, sink.channel), sink.plan, 0, sink.sender, chunks, sink.prefix)
+    out.update(written=written, bytes=nbytes, rows=rows)
+    return out
+
+
+def _buckets(plan: ExchangePlan | BroadcastPlan) -> int:
+    return plan.bucket_count if isinstance(plan, ExchangePlan) else 1
+
+
+def _record_chunks(sink: ExchangeWrite, data: RecordRuns) -> tuple[list[Any], int]:
+    """Cut TeraSort record runs into the plan's buckets (never concatenating the runs)."""
+    buckets = _buckets(sink.plan)
+    grouped: dict[int, list[np.ndarray]] = {}
+    part = sink.partitioning
+    for records, first in zip(data.parts, data.first_rows):
+        if isinstance(part, RecordsRangePartitioning):
+            split = (np.frombuffer(part.splitters[0], np.uint64), np.frombuffer(part.splitters[1], np.uint64))
+            ordered, bounds = terasort.partition_records(records, first, split, buckets)
+            for b in np.flatnonzero(np.diff(bounds)):
+                grouped.setdefault(int(b), []).append(ordered[bounds[b] : bounds[b + 1]])
+        elif len(records):
+            grouped.setdefault(0, []).append(records)
+    fmt = sink.fmt
+    return RecordsCodec(fmt).encode(grouped, sink.sender), sum(len(r) for r in data.parts)
+
+
+def _frame_chunks(sink: ExchangeWrite, df: pl.DataFrame) -> tuple[list[Any], int, dict[str, Any]]:
+    """Cut a frame into the plan's buckets; with ``sample_by``, also a sample of its sort keys."""
+    buckets = _buckets(sink.plan)
+    part = sink.partitioning
+    if isinstance(part, HashPartitioning):
+        bucket = partition.hash_buckets(df, part.keys, buckets)
+    elif isinstance(part, RangePartitioning):
+        assert part.splitters is not None, "range partitioning without splitters"
+        bucket = partition.range_buckets(df, [e.to_polars() for e in part.by], part.descending, part.nulls_last, part.splitters)
+    else:
+        bucket = np.zeros(df.height, dtype=np.int64)
+    out: dict[str, Any] = {}
+    if sink.sample_by and df.height:
+        keys = partition.sort_keys(df, [e.to_polars() for e in sink.sample_by])
+        take = np.unique(np.linspace(0, df.height - 1, min(df.height, sink.sample_rows)).astype(np.int64))
+        out["sample"] = keys[take]
+    return FrameCodec(sink.fmt).encode(df, bucket, buckets, sink.sender), df.height, out
+
+
+def write_output(ctx: TaskContext, sink: OutputWrite, data: Any) -> list[tuple[str, int, int]]:
+    """Write this task's rows as output part files; return (name, rows, bytes) per file."""
+    from croupier.ops.formats import write_records
+
+    store = ctx.store(sink.url)
+    if isinstance(data, RecordRuns):
+        records = data.concatenated()
+        fmt = sink.fmt.removeprefix("records-")
+        blob = write_records(records, fmt)
+        name = sink.name + (".parquet" if fmt == "parquet" else "")
+        store.put(name, blob)
+        return [(name, len(records), memoryview(blob).nbytes)]
+    step = sink.max_rows_per_file or max(1, data.height)
+    files = []
+    for k, start in enumerate(range(0, data.height, step)):
+        part = data.slice(start, step)
+        buf = io.BytesIO()
+        if sink.fmt == "csv":
+            part.write_csv(buf)
+        else:
+            part.write_parquet(buf)
+        suffix = f"-{k:04d}" if sink.max_rows_per_file else ""
+        name = f"{sink.name}{suffix}.{sink.fmt}"
+        store.put(name, buf.getvalue())
+        files.append((name, part.height, buf.tell()))
+    return files

@@ -1,0 +1,155 @@
+"""The one exchange executor: writes and reads the objects of any exchange plan, for any job.
+
+::
+
+    producer task ──write_level(0)──> objects ──pass_level(1)──> ... ──fetch(last level)──> consumer task
+                   (chunks tagged           (intermediate levels:            (chunks in bucket,
+                    bucket, producer)        read, re-route, write)            producer order)
+
+It moves opaque chunks (see :mod:`croupier.exchange.segments`): what a payload means (TeraSort
+records, Arrow record batches) is the business of the operators that encode and decode it, never of
+this module, so every algorithm — direct, k-level for any factorisation, write combining, broadcast
+— serves sort, group-by and join alike. Levels run as separate stages (waves): every object a stage
+reads was written by a finished stage, so no task ever waits for a sender that is not running. Only
+eager consumers of a plain direct exchange start early; they poll, with backoff and a bounded time,
+for objects still being written, then fail naming the missing object.
+
+Write combining: a sender writes one object holding one segment per receiver (at level 1: one per
+bucket); the task returns the segment boundaries, and the driver turns them into each receiver's
+byte range (task metadata, no extra requests).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from croupier.errors import ObjectNotFound, StorageError
+from croupier.exchange import segments
+from croupier.exchange.broadcast import BroadcastPlan
+from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.segments import Chunk
+from croupier.storage import Store
+from croupier.storage.backend import Buffer
+
+Plan = Union[ExchangePlan, BroadcastPlan]
+#: Segment boundaries of a combined object (segments + 1 offsets); None for plain objects.
+Written = Union[tuple[int, ...], None]
+
+FETCH_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One read of an exchange object: whole (start None) or the byte range [start, end)."""
+
+    key: str
+    start: int | None = None
+    end: int | None = None
+
+    def as_input(self, url: str) -> tuple[str, str, int | None, int | None]:
+        """The (store URL, key, start, end) a task declares for look-ahead prefetch."""
+        return (url, self.key, self.start, self.end)
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Sequence[Chunk], prefix: str = "") -> tuple[Written, int]:
+    """Write ``sender``'s chunks at ``level`` under key ``prefix``; return (segment boundaries if
+    combined, bytes written)."""
+    if isinstance(plan, BroadcastPlan):
+        buffers = segments.encode(segments.ordered(chunks))
+        store.put(prefix + plan.key(level, sender), buffers)
+        return None, segments.size(buffers)
+    routed = _route(plan, level, chunks)
+    written = 0
+    for obj in plan.writes(level, sender):
+        if plan.combine:
+            slots = plan.segments(level)
+            encoded = [segments.encode(routed.get(j, [])) for j in range(slots)]
+            sizes = [segments.size(e) for e in encoded]
+            store.put(prefix + obj.key, [b for e in encoded for b in e])
+            bounds = [0]
+            for s in sizes:
+                bounds.append(bounds[-1] + s)
+            return tuple(bounds), bounds[-1]
+        (receiver,) = obj.receivers
+        buffers = segments.encode(routed.get(plan.topology.digit(receiver, level), []))
+        store.put(prefix + obj.key, buffers)
+        written += segments.size(buffers)
+    return None, written
+
+
+def _route(plan: ExchangePlan, level: int, chunks: Sequence[Chunk]) -> dict[int, list[Chunk]]:
+    """Chunks by destination slot: the bucket at a combined level 1, else the receiver's digit."""
+    out: dict[int, list[Chunk]] = defaultdict(list)
+    for chunk in segments.ordered(chunks):
+        if plan.combine and level == 0:
+            out[chunk.bucket].append(chunk)
+        else:
+            out[plan.route(level, plan.partition_of(chunk.bucket))].append(chunk)
+    return out
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def fetches_for(plan: Plan, level: int, worker: int, written: Sequence[Written], prefix: str = "") -> list[Fetch]:
+    """What ``worker`` reads after ``level`` (objects under key ``prefix``); ``written[s]`` = what
+    sender s reported."""
+    if isinstance(plan, BroadcastPlan):
+        return [Fetch(prefix + key) for key in plan.reads(level, worker)]
+    out = []
+    for read in plan.reads(level, worker):
+        if not read.ranged:
+            out.append(Fetch(prefix + read.key))
+            continue
+        bounds = written[read.sender]
+        if bounds is None:
+            raise ValueError(f"sender {read.sender} of level {level} reported no segment boundaries for {read.key}")
+        out.append(Fetch(prefix + read.key, bounds[read.segment], bounds[read.segment_end]))
+    return out
+
+
+def fetch(store: Store, fetches: Sequence[Fetch], wait: float) -> list[Chunk]:
+    """All chunks of ``fetches`` (several requests in flight; missing objects polled for ``wait`` s)."""
+    if not fetches:
+        return []
+
+    def one(f: Fetch) -> list[Chunk]:
+        blob = get_when_ready(store, f.key, wait, None if f.start is None else (f.start, f.end or 0))
+        return segments.decode(blob, f"{store.url}/{f.key}")
+
+    if len(fetches) == 1:
+        return one(fetches[0])
+    with ThreadPoolExecutor(min(FETCH_THREADS, len(fetches))) as pool:
+        return [c for chunks in pool.map(one, fetches) for c in chunks]
+
+
+def pass_level(store: Store, plan: Plan, level: int, worker: int, fetches: Sequence[Fetch], wait: float, prefix: str = "") -> tuple[Written, int]:
+    """An intermediate level's task: receive what level ``level - 1`` sent, pass it on at ``level``
+    (writing under key ``prefix``)."""
+    return write_level(store, plan, level, worker, fetch(store, fetches, wait), prefix)
+
+
+def get_when_ready(store: Store, key: str, wait: float, byte_range: tuple[int, int] | None = None) -> Buffer:
+    """Get an object (or a range of it), polling with backoff for up to ``wait`` seconds if missing."""
+    deadline = time.monotonic() + wait
+    delay = 0.01
+    while True:
+        try:
+            if byte_range is None:
+                return store.get(key)
+            return store.get_range(key, *byte_range)
+        except ObjectNotFound as exc:
+            if time.monotonic() >= deadline:
+                raise StorageError(
+                    f"waited {wait:.0f}s for exchange object {store.url}/{key}, which its sender never wrote; "
+                    "the sending task failed or is still running"
+                ) from exc
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)

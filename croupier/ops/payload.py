@@ -1,0 +1,170 @@
+"""Payload codecs: how a producer turns its bucketed data into exchange chunks, and back.
+
+Two representations travel through exchanges:
+
+* **records** — TeraSort's 100-byte records as ``(n, 100)`` uint8 arrays (sort's numpy kernels).
+  ``raw``: the records' own bytes (no encoding cost; best on a fast local folder); ``arrow``,
+  ``arrow-lz4``, ``arrow-zstd``: Arrow IPC record batches of one fixed-size-binary(100) column,
+  compressed (fewer bytes where writes are slow, as S3 PUT bandwidth is).
+* **frames** — query rows as Polars DataFrames, sent as Arrow IPC record-batch messages (no schema
+  message; the schema travels in the task's metadata), uncompressed or lz4/zstd.
+
+Every bucket's payload is independently decodable, and the concatenation of several payloads of
+one codec is a valid payload, so the exchange moves chunks without decoding them. Encoding writes
+all buckets of a task into ONE Arrow stream and cuts it at message boundaries: one pass, no copy per
+bucket. The partitioner (which row goes to which bucket) is pure CPU work in
+:mod:`croupier.ops.partition`; nothing here touches storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from croupier.exchange.segments import Chunk
+from croupier.ops.codec import fixed_binary_bytes
+from croupier.ops.records import RECORD_SIZE
+
+RECORD_FORMATS = ("raw", "arrow", "arrow-lz4", "arrow-zstd")
+FRAME_FORMATS = ("arrow", "arrow-lz4", "arrow-zstd")
+_COMPRESSION = {"arrow": None, "arrow-lz4": "lz4", "arrow-zstd": "zstd"}
+_RECORD_SCHEMA = pa.schema([("record", pa.binary(RECORD_SIZE))])
+
+
+def _stream_cuts(schema: pa.Schema, fmt: str, groups: Sequence[Sequence[pa.RecordBatch]]) -> tuple[pa.Buffer, list[int]]:
+    """Write each group's batches into one IPC stream; return the stream and the offset where each
+    group's messages start (plus the end). The schema message at the front belongs to no group."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=_COMPRESSION[fmt])
+    header = schema.serialize()
+    cuts: list[int] = []
+    with pa.ipc.new_stream(sink, schema, options=options) as writer:
+        for batches in groups:
+            cuts.append(sink.tell() or header.size)  # the stream writes its schema with the first batch
+            for batch in batches:
+                writer.write_batch(batch)
+        cuts.append(sink.tell())
+    stream = sink.getvalue()
+    if groups and stream[: header.size] != header:  # pragma: no cover - pyarrow guarantees the layout
+        raise RuntimeError("Arrow IPC stream does not start with its schema message; cannot cut it into chunks")
+    return stream, cuts
+
+
+def _decode_messages(payloads: Sequence[memoryview | bytes], schema: pa.Schema) -> list[pa.RecordBatch]:
+    """Record batches from IPC message payloads (no schema message) of ``schema``."""
+    batches: list[pa.RecordBatch] = []
+    for payload in payloads:
+        if not memoryview(payload).nbytes:
+            continue
+        reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(payload)))
+        batches.extend(pa.ipc.read_record_batch(message, schema) for message in reader)
+    return batches
+
+
+# --- records ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordsCodec:
+    """TeraSort records in exchange chunks (see the module docstring for the formats)."""
+
+    fmt: str = "raw"
+
+    def __post_init__(self) -> None:
+        if self.fmt not in RECORD_FORMATS:
+            raise ValueError(f"records format must be one of {RECORD_FORMATS}, got {self.fmt!r}")
+
+    def encode(self, buckets: dict[int, list[np.ndarray]], origin: int) -> list[Chunk]:
+        """One chunk per non-empty bucket; ``buckets`` maps bucket -> record arrays in row order."""
+        keys = [b for b in sorted(buckets) if sum(len(a) for a in buckets[b])]
+        if self.fmt == "raw":
+            return [Chunk(b, origin, sum(len(a) for a in buckets[b]), tuple(memoryview(np.ascontiguousarray(a).reshape(-1)) for a in buckets[b] if len(a))) for b in keys]
+        groups = [[_record_batch(a) for a in buckets[b] if len(a)] for b in keys]
+        stream, cuts = _stream_cuts(_RECORD_SCHEMA, self.fmt, groups)
+        view = memoryview(stream)
+        return [Chunk(b, origin, sum(len(a) for a in buckets[b]), (view[cuts[i] : cuts[i + 1]],)) for i, b in enumerate(keys)]
+
+    def decode(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """All records of ``chunks``, in chunk order, as one ``(n, 100)`` array."""
+        payloads = [p for c in chunks for p in c.parts]
+        if self.fmt == "raw":
+            total = sum(memoryview(p).nbytes for p in payloads)
+            out = np.empty(total, dtype=np.uint8)
+            pos = 0
+            for p in payloads:
+                n = memoryview(p).nbytes
+                out[pos : pos + n] = np.frombuffer(p, dtype=np.uint8)
+                pos += n
+            return out.reshape(-1, RECORD_SIZE)
+        batches = _decode_messages(payloads, _RECORD_SCHEMA)
+        if not batches:
+            return np.empty((0, RECORD_SIZE), dtype=np.uint8)
+        return np.concatenate([fixed_binary_bytes(b.column(0)) for b in batches]).reshape(-1, RECORD_SIZE)
+
+
+def _record_batch(records: np.ndarray) -> pa.RecordBatch:
+    data = pa.py_buffer(np.ascontiguousarray(records))
+    column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(RECORD_SIZE), len(records), [None, data])
+    return pa.record_batch([column], schema=_RECORD_SCHEMA)
+
+
+# --- frames ----------------------------------------------------------------------------------------
+
+
+def wire_schema(schema: pl.Schema) -> pa.Schema:
+    """The Arrow schema a frame of ``schema`` travels with (categoricals as plain strings: IPC
+    dictionary batches cannot be cut per bucket)."""
+    return pl.DataFrame(schema=_plain(schema)).to_arrow().schema
+
+
+def _plain(schema: pl.Schema) -> pl.Schema:
+    return pl.Schema({k: (pl.String if isinstance(v, (pl.Categorical, pl.Enum)) else v) for k, v in schema.items()})
+
+
+@dataclass(frozen=True)
+class FrameCodec:
+    """Query rows in exchange chunks: Arrow IPC record-batch messages, optionally compressed."""
+
+    fmt: str = "arrow"
+
+    def __post_init__(self) -> None:
+        if self.fmt not in FRAME_FORMATS:
+            raise ValueError(f"frame format must be one of {FRAME_FORMATS}, got {self.fmt!r}")
+
+    def encode(self, df: pl.DataFrame, bucket: np.ndarray, buckets: int, origin: int) -> list[Chunk]:
+        """One chunk per non-empty bucket; row ``i`` goes to bucket ``bucket[i]`` (row order kept)."""
+        if df.height == 0:
+            return []
+        plain = _plain(df.schema)
+        if plain != df.schema:
+            df = df.cast(dict(plain))  # type: ignore[arg-type]
+        if buckets > 1:
+            order = np.argsort(bucket, kind="stable")
+            df = df[order]
+            counts = np.bincount(bucket, minlength=buckets)
+        else:
+            counts = np.array([df.height])
+        table = df.to_arrow()
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        keys = [int(b) for b in np.flatnonzero(counts)]
+        groups = [table.slice(int(starts[b]), int(counts[b])).to_batches() for b in keys]
+        stream, cuts = _stream_cuts(table.schema, self.fmt, groups)
+        view = memoryview(stream)
+        return [Chunk(b, origin, int(counts[b]), (view[cuts[i] : cuts[i + 1]],)) for i, b in enumerate(keys)]
+
+    def decode(self, chunks: Sequence[Chunk], schema: pl.Schema) -> pl.DataFrame:
+        """All rows of ``chunks`` in chunk order, as a DataFrame of ``schema``."""
+        plain = _plain(schema)
+        arrow_schema = wire_schema(schema)
+        batches = _decode_messages([p for c in chunks for p in c.parts], arrow_schema)
+        if not batches:
+            return pl.DataFrame(schema=schema)
+        df = pl.from_arrow(pa.Table.from_batches(batches, arrow_schema))
+        assert isinstance(df, pl.DataFrame)
+        if plain != schema:
+            df = df.cast(dict(schema))  # type: ignore[arg-type]
+        return df

@@ -1,0 +1,230 @@
+"""Physical planning: from an optimised logical plan to stages, decided while the query runs.
+
+The compiler walks the plan and grows *pipelines* (a source plus operators that run in the same
+task). A pipeline is cut into a stage at every exchange; every exchange is bound by the runner's
+selector (:mod:`croupier.dag.binding`) — P, algorithm and topology from measured bytes:
+
+* aggregation: the pipeline pre-aggregates (sum/count/min/max/mean partials), then a hash exchange
+  on the grouping keys (late binding); the next stage merges the partials. Without keys, a gather.
+* join: the build (right) side runs first into a hash exchange on its keys. Its measured size
+  decides: build bytes times probe tasks at most ``config.broadcast_limit`` -> broadcast join (the
+  probe pipeline continues, every task reading the whole build side through a broadcast plan);
+  otherwise a shuffle hash join, both sides hash-partitioned with one P.
+* sort: a sort of a TeraSort table (gensort, or Parquet ``key``/``payload``) by ``key`` runs the
+  TeraSort plan (:mod:`croupier.plan.terasort`: probe, numpy range partition, numpy sort). Any
+  other sort materialises its input with a key sample; at most ``config.gather_limit`` bytes -> one
+  task sorts everything; otherwise a range exchange planned from the measured bytes (every
+  algorithm family is a candidate), splitters from the sample, and P tasks sort their ranges.
+  ``sort().head(k)`` is a top-k: each task keeps its k best, one task merges.
+* head/limit: each task keeps n rows; one task keeps the first n.
+
+Stages are handed to the :class:`croupier.dag.runner.DagRunner` as soon as they exist, so
+independent ones (the build sides of different joins, say) run at the same time. With
+``dry=True`` nothing runs and the run-time decisions are shown as such (for explain).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from croupier.config import Config
+from croupier.dag.operators import Filter as FilterOp
+from croupier.dag.operators import Head, Operator
+from croupier.dag.operators import Sort as SortOp
+from croupier.dag.runner import DagRunner, StageOutput
+from croupier.dag.scan import ScanSpec
+from croupier.dag.stage import (
+    ExchangeInput,
+    ExchangeSink,
+    HashPartitioning,
+    RangePartitioning,
+    ScanSource,
+    Sink,
+    SinglePartitioning,
+    Source,
+    Stage,
+)
+from croupier.errors import ConfigError
+from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
+from croupier.ops.partition import choose_frame_splitters
+from croupier.units import format_bytes
+
+#: Rows of sort keys each task samples for range partitioning.
+SAMPLE_ROWS = 256
+
+
+@dataclass
+class Pipeline:
+    """Operators that run in the same tasks, after reading ``source`` (and ``sides``)."""
+
+    source: Source
+    ops: list[Operator] = field(default_factory=list)
+    sides: dict[str, ExchangeInput] = field(default_factory=dict)
+    rep: str = "frames"
+    final_name: str | None = None  # the name of the stage this pipeline ends in, when it is special
+
+    @property
+    def single(self) -> bool:
+        """True when this pipeline runs as one task."""
+        return isinstance(self.source, ExchangeInput) and self.source.read == "all"
+
+
+class Compiler:
+    """Turns a logical plan into stages, submitting them to ``runner`` (unless ``dry``)."""
+
+    def __init__(self, runner: DagRunner | None, config: Config, dry: bool = False) -> None:
+        self.runner = runner
+        self.config = config
+        self.dry = dry
+        self.stages: list[Stage] = []
+        self.notes: list[str] = []
+        self.decisions: list[Any] = []
+        self.terasort: dict[str, Any] | None = None
+        self._ids = itertools.count(1)
+
+    def stage(self, pipe: Pipeline, sink: Sink, what: str, workers: int | None = None, name: str | None = None) -> Stage:
+        """Cut ``pipe`` into a stage writing ``sink``; submit it. Stages are named ``sNN-<what>``,
+        or ``name`` when given and not taken yet (TeraSort's sample, map and reduce)."""
+        taken = {s.name for s in self.stages}
+        label = name if name is not None and name not in taken else f"s{next(self._ids):02d}-{what}"
+        stage = Stage(label, pipe.source, tuple(pipe.ops), dict(pipe.sides), sink, workers, pipe.rep)
+        self.stages.append(stage)
+        if not self.dry:
+            assert self.runner is not None
+            self.runner.submit(stage)
+        return stage
+
+    def wait(self, stage: Stage) -> StageOutput | None:
+        """The finished output of ``stage`` (None in a dry run)."""
+        if self.dry:
+            return None
+        assert self.runner is not None
+        return self.runner.result(stage)
+
+    # --- nodes -------------------------------------------------------------------------------
+    def compile(self, node: Node) -> Pipeline:
+        """The pipeline producing ``node``'s rows (stages below it already submitted)."""
+        from croupier.plan import terasort
+
+        if terasort.matches(node):
+            return terasort.compile_sort(self, node)  # type: ignore[arg-type]
+        method = getattr(self, f"_{type(node).__name__.lower()}", None)
+        if method is None:
+            raise ConfigError(f"the distributed planner cannot run plan node {node.label()} yet")
+        return method(node)  # type: ignore[no-any-return]
+
+    def _scan(self, node: Scan) -> Pipeline:
+        spec: ScanSpec = node.spec
+        pipe = Pipeline(ScanSource(spec, dict(node.file_schema)))
+        if spec.predicate is not None:
+            pipe.ops.append(FilterOp(spec.predicate))
+        return pipe
+
+    def _filter(self, node: Filter) -> Pipeline:
+        pipe = self.compile(node.input)
+        pipe.ops.append(FilterOp(node.predicate))
+        return pipe
+
+    def _project(self, node: Project) -> Pipeline:
+        pipe = self.compile(node.input)
+        pipe.ops.append(node.operator())
+        return pipe
+
+    def _aggregate(self, node: Aggregate) -> Pipeline:
+        lowered = node.lower()
+        pipe = self.compile(node.input)
+        pipe.ops.append(lowered.pre)
+        if pipe.single:
+            pipe.ops += ([lowered.partial] if lowered.partial else []) + list(lowered.final)
+            return pipe
+        if lowered.partial is not None:
+            pipe.ops.append(lowered.partial)
+        keys = node.key_names()
+        what = "partial-agg" if lowered.partial else "pre-agg"
+        if keys:
+            stage = self.stage(pipe, ExchangeSink(HashPartitioning(keys)), what)
+            return Pipeline(ExchangeInput(stage, "partition"), list(lowered.final))
+        stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), what)
+        return Pipeline(ExchangeInput(stage, "all"), list(lowered.final))
+
+    def _distinct(self, node: Distinct) -> Pipeline:
+        return self._aggregate(node.as_aggregate())
+
+    def _join(self, node: Join) -> Pipeline:
+        build = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on)), "build")
+        probe = self.compile(node.left)
+        out = self.wait(build)
+        side = build.name
+        op = node.operator(side)
+        limit = self.config.broadcast_limit
+        if out is not None:
+            assert self.runner is not None
+            tasks = self.runner.estimate_tasks(probe.source)
+            traffic = out.bytes * tasks
+            sizes = f"build side {build.name} measured {format_bytes(out.bytes)} x {tasks} probe task(s) = {format_bytes(traffic)}"
+            if traffic <= limit:
+                self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
+                probe.sides[side] = ExchangeInput(build, "all")
+                probe.ops.append(op)
+                return probe
+            self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)} -> shuffle hash join")
+        else:
+            self.notes.append(f"{node.label()}: broadcast if build side {build.name} x probe tasks measures <= {format_bytes(limit)} at run time, else shuffle (shown)")
+        plan = out.plan if out is not None and out.early else None  # a plan bound early fixes P for both sides
+        probe_stage = self.stage(probe, ExchangeSink(HashPartitioning(node.left_on), plan=plan), "probe")
+        return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
+
+    def _sort(self, node: Sort) -> Pipeline:
+        op = SortOp(node.by, node.descending, node.nulls_last)
+        pipe = self.compile(node.input)
+        if pipe.single:
+            pipe.ops.append(op)
+            return pipe
+        stage = self.stage(pipe, ExchangeSink(SinglePartitioning(), sample_by=node.by, sample_rows=SAMPLE_ROWS), "sort-input")
+        out = self.wait(stage)
+        limit = self.config.gather_limit
+        if out is None or out.bytes <= limit:
+            what = "at run time" if out is None else f"{format_bytes(out.bytes)}"
+            self.notes.append(f"{node.label()}: input {what}: one task sorts if <= {format_bytes(limit)}, else a range exchange")
+            return Pipeline(ExchangeInput(stage, "all"), [op])
+        assert self.runner is not None
+        decision = self.runner.binder.early(out.bytes, out.tasks, "measured")
+        p = decision.workers
+        splitters = choose_frame_splitters(out.samples, node.descending, node.nulls_last, p)
+        partitioning = RangePartitioning(node.by, node.descending, node.nulls_last, splitters)
+        self.notes.append(f"{node.label()}: input {format_bytes(out.bytes)} > {format_bytes(limit)} -> range exchange: {decision.how}")
+        ranged = self.stage(Pipeline(ExchangeInput(stage, "forward")), ExchangeSink(partitioning, plan=decision.plan), "range")
+        return Pipeline(ExchangeInput(ranged, "partition"), [op])
+
+    def _limit(self, node: Limit) -> Pipeline:
+        if isinstance(node.input, Sort):  # top-k
+            sort = node.input
+            op = SortOp(sort.by, sort.descending, sort.nulls_last)
+            pipe = self.compile(sort.input)
+            pipe.ops += [op, Head(node.n)]
+            if pipe.single:
+                return pipe
+            stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "top-k")
+            return Pipeline(ExchangeInput(stage, "all"), [op, Head(node.n)])
+        pipe = self.compile(node.input)
+        pipe.ops.append(Head(node.n))
+        if pipe.single:
+            return pipe
+        stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "limit")
+        return Pipeline(ExchangeInput(stage, "all"), [Head(node.n)])
+
+
+def finish(compiler: Compiler, pipe: Pipeline, sink: Sink) -> Stage:
+    """Submit the last stage of a query (TeraSort records become rows unless written as records)."""
+    from croupier.dag.operators import RecordsToFrame
+    from croupier.dag.stage import OutputSink
+
+    if pipe.rep == "records":
+        if isinstance(sink, OutputSink) and sink.fmt in ("parquet", "gensort"):
+            sink = replace(sink, fmt=f"records-{sink.fmt}")  # TeraSort's own writer: croupier sort's bytes
+        else:
+            pipe.ops.append(RecordsToFrame())
+            pipe.rep = "frames"
+    return compiler.stage(pipe, sink, "final", name=pipe.final_name)
