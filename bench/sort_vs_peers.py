@@ -1,14 +1,17 @@
-"""TeraSort on this machine: Croupier beside DuckDB and Polars on the same data, then on SeaweedFS.
+"""TeraSort on this machine: Croupier (``croupier sort`` and the frame API) beside DuckDB and Polars.
 
-Prints wall times, the ratio Croupier/peer, and valsort's verdict for every output. Timings are
-measured here, in one run, on the same generated data in the same folder; nothing is asserted.
+Prints, per engine, the median wall time of ``--repeat`` runs (engines interleaved round by round,
+so a slow spell of this noisy VM hits all of them), the ratios to DuckDB and to Polars, and
+valsort's verdict for every output. Nothing is asserted.
 
-    python bench/sort_vs_peers.py --size 2GB [--workers 4] [--dir /dev/shm/croupier-bench] [--skip-s3]
+    python bench/sort_vs_peers.py --size 2GB [--repeat 3] [--workers P] [--dir DIR] [--s3]
 
-Data: gensort records (Croupier's own ``gensort``), also written as Parquet (key, payload) for the
-peers, which sort Parquet into Parquet. Croupier is timed both gensort->gensort and
-Parquet->Parquet. By default the folder is in /dev/shm when it has room (a memory-backed local
-folder: the disk of this VM throttles sustained writes and makes timings noisy); --dir changes it.
+Data: gensort records written as Parquet (key, payload), sorted Parquet -> Parquet by every engine:
+``croupier sort IN OUT --format parquet``; the frame API's
+``scan_parquet(IN).sort("key").sink_parquet(OUT)`` (the same TeraSort plan, so byte-identical
+output); DuckDB's ``COPY (SELECT * ... ORDER BY key) TO``; Polars' ``scan_parquet().sort().sink_parquet``.
+With ``--s3``, Croupier also sorts with input and output on a SeaweedFS server on loopback. By
+default the folder is in /dev/shm when it has room (this VM's disk throttles sustained writes).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
 
+import croupier.frame as cf
 from croupier.config import Config
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
@@ -35,12 +40,14 @@ from _common import default_dir, s3_config, timed  # noqa: E402
 
 
 def to_parquet(src: str, dst: str, config: Config) -> None:
-    """Write every gensort object of ``src`` as a Parquet object of ``dst`` (not timed)."""
+    """Write every gensort part of ``src`` as a Parquet object of ``dst`` (not timed)."""
+    import json
+
     source, target = open_store(src, config), open_store(dst, config)
-    for obj in source.list():
-        if obj.key.endswith(".dat"):
-            records = read_records(source.get(obj.key), "gensort", obj.key)
-            target.put(obj.key.replace(".dat", ".parquet"), write_records(records, "parquet"))
+    manifest = json.loads(bytes(source.get("_SUCCESS")))
+    for i, part in enumerate(manifest["parts"]):
+        records = read_records(source.get(part["key"]), "gensort", part["key"])
+        target.put(f"part-{i:05d}.parquet", write_records(records, "parquet"))
 
 
 def check(out_url: str, in_url: str, config: Config) -> str:
@@ -67,64 +74,69 @@ def run_polars(in_dir: Path, out_dir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="2GB")
-    parser.add_argument("--workers", type=int, default=4, help="Croupier's P (mappers = reducers)")
+    parser.add_argument("--workers", type=int, default=None, help="force Croupier's P (default: the selector's choice)")
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--skip-s3", action="store_true")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per engine; the best is reported")
+    parser.add_argument("--s3", action="store_true", help="also sort on a SeaweedFS server")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per engine; the median is reported")
     args = parser.parse_args()
 
     size = parse_size(args.size)
     root = Path(args.dir).resolve() if args.dir else default_dir(size, "croupier-bench")
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    config = Config(concurrency=args.concurrency, progress=False)
+    config = Config(concurrency=args.concurrency, progress=False, workers=args.workers)
     url = lambda name: (root / name).as_uri()  # noqa: E731
-    print(f"data: {format_bytes(size)} ({size // 100:,} records) in {root}; Croupier P={args.workers}, concurrency {args.concurrency}")
+    print(f"data: {format_bytes(size)} ({size // 100:,} records) in {root}; Croupier P={args.workers or 'auto'}, concurrency {args.concurrency}; median of {args.repeat}")
     try:
-        gen = gensort(url("in"), size, max(args.concurrency, size // 100_000_000), config, seed=1)
-        print(f"gensort: {gen.wall_seconds:.2f} s")
-        to_parquet(url("in"), url("in-parquet"), config)
-
-        runs: dict[str, tuple[float, str]] = {}
-
-        def bench(name: str, fn: Callable[[], object], out: str, inp: str) -> None:
-            best = float("inf")
-            for _ in range(args.repeat):
+        gensort(url("gen"), size, max(args.concurrency, size // 100_000_000), config, seed=1)
+        to_parquet(url("gen"), url("in"), config)
+        shutil.rmtree(root / "gen", ignore_errors=True)
+        engines: dict[str, tuple[Callable[[], object], str]] = {
+            "croupier sort (parquet->parquet)": (lambda: sort(url("in"), url("out-c"), None, config, "parquet"), "out-c"),
+            "croupier frame API (parquet->parquet)": (lambda: cf.scan_parquet(root / "in", config=config).sort("key").sink_parquet(root / "out-f"), "out-f"),
+            "duckdb parquet->parquet": (lambda: run_duckdb(root / "in", root / "out-d"), "out-d"),
+            "polars parquet->parquet": (lambda: run_polars(root / "in", root / "out-p"), "out-p"),
+        }
+        times: dict[str, list[float]] = {name: [] for name in engines}
+        verdicts: dict[str, str] = {}
+        for round_ in range(args.repeat):
+            for name, (fn, out) in engines.items():
                 shutil.rmtree(root / out, ignore_errors=True)
-                best = min(best, timed(fn))
-            runs[name] = (best, check(url(out), url(inp), config))
-            print(f"  {name:<34} {best:7.2f} s  {runs[name][1]}", flush=True)
-
-        bench("croupier gensort->gensort (local)", lambda: sort(url("in"), url("out-c"), args.workers, config), "out-c", "in")
-        bench("croupier parquet->parquet (local)", lambda: sort(url("in-parquet"), url("out-cp"), args.workers, config, "parquet"), "out-cp", "in-parquet")
-        bench("duckdb parquet->parquet", lambda: run_duckdb(root / "in-parquet", root / "out-d"), "out-d", "in-parquet")
-        bench("polars parquet->parquet", lambda: run_polars(root / "in-parquet", root / "out-p"), "out-p", "in-parquet")
-        if not args.skip_s3:
-            bench_s3(size, args, config, runs)
-        report(runs)
+                times[name].append(timed(fn))
+                if round_ == 0:
+                    verdicts[name] = check(url(out), url("in"), config)
+                print(f"  round {round_ + 1}: {name:<40} {times[name][-1]:7.2f} s  {verdicts[name]}", flush=True)
+                shutil.rmtree(root / out, ignore_errors=True)
+        medians = {name: statistics.median(t) for name, t in times.items()}
+        if args.s3:
+            bench_s3(size, args, config, medians, verdicts)
+        report(medians, verdicts)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def bench_s3(size: int, args: argparse.Namespace, config: Config, runs: dict[str, tuple[float, str]]) -> None:
+def bench_s3(size: int, args: argparse.Namespace, config: Config, medians: dict[str, float], verdicts: dict[str, str]) -> None:
     """The same sort with both input and output on a SeaweedFS server on loopback."""
     with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
         server.wait_ready("bench")
         s3 = s3_config(config, server)
         gensort("s3://bench/in", size, max(args.concurrency, size // 100_000_000), s3, seed=1)
-        seconds = timed(lambda: sort("s3://bench/in", "s3://bench/out", args.workers, s3))
-        verdict = check("s3://bench/out", "s3://bench/in", s3)
-        runs["croupier gensort->gensort (SeaweedFS)"] = (seconds, verdict)
-        print(f"  {'croupier gensort->gensort (SeaweedFS)':<34} {seconds:7.2f} s  {verdict}", flush=True)
+        runs = []
+        for i in range(args.repeat):
+            runs.append(timed(lambda i=i: sort("s3://bench/in", f"s3://bench/out{i}", None, s3)))
+        name = "croupier sort (SeaweedFS, gensort)"
+        medians[name] = statistics.median(runs)
+        verdicts[name] = check("s3://bench/out0", "s3://bench/in", s3)
+        print(f"  {name:<40} {medians[name]:7.2f} s  {verdicts[name]}", flush=True)
 
 
-def report(runs: dict[str, tuple[float, str]]) -> None:
-    peers = {k: v[0] for k, v in runs.items() if not k.startswith("croupier")}
-    print("\n" + f"{'engine':<38} {'seconds':>8}  " + "  ".join(f"{'/' + p.split()[0]:>8}" for p in peers) + "  valsort")
-    for name, (seconds, verdict) in runs.items():
+def report(medians: dict[str, float], verdicts: dict[str, str]) -> None:
+    peers = {k: v for k, v in medians.items() if k.startswith(("duckdb", "polars"))}
+    print("\n" + f"{'engine (median s)':<42} {'seconds':>8}  " + "  ".join(f"{'/' + p.split()[0]:>8}" for p in peers) + "  valsort")
+    for name, seconds in medians.items():
         ratios = "  ".join(f"{seconds / t:>8.2f}" for t in peers.values())
-        print(f"{name:<38} {seconds:>8.2f}  {ratios}  {verdict}")
+        print(f"{name:<42} {seconds:>8.2f}  {ratios}  {verdicts[name]}")
 
 
 if __name__ == "__main__":

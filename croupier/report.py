@@ -28,6 +28,10 @@ class StageReport:
     invocations: list[tuple[str, float, float]] = field(default_factory=list)
     #: requests per exchange channel ("x:<producer stage>"), to hold each exchange to its plan
     channels: dict[str, IOStats] = field(default_factory=dict)
+    #: per phase kind (read:parquet, hash_aggregate, write:exchange-...): [bytes, wall s, request s, calls]
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    #: the model's prediction of this stage (seconds, dominant term, terms), from what it measured
+    predicted: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -44,6 +48,8 @@ class StageReport:
             "slowest_task_seconds": round(self.slowest_task_seconds, 4),
             "backup_wins": self.backup_wins,
             "invocations": [[t, round(a, 4), round(b, 4)] for t, a, b in self.invocations],
+            "phases": {k: [round(x, 6) for x in v] for k, v in self.phases.items()},
+            "predicted": self.predicted,
             "peak_rss": self.peak_rss,
             "retried_tasks": self.retried_tasks,
         }

@@ -27,7 +27,7 @@ def toy_profile(**changes: object) -> StorageProfile:
         read=Curve((1e3, 1e6, 1e8), (100.0, 50.0, 1.0), (2000.0, 1000.0, 50.0)),
         write=Curve((1e3, 1e6, 1e8), (50.0, 25.0, 0.5), (1000.0, 500.0, 25.0)),
         read_bandwidth=100e6, write_bandwidth=50e6, startup_seconds=0.5, wave_seconds=0.1,
-        partition_seconds_per_byte=1e-9, sort_seconds_per_byte=2e-9, regroup_seconds_per_byte=5e-10,
+        compute={"write:exchange-records": 1e-9, "records_sort": 2e-9, "regroup": 5e-10, "read:": 0.0},
         concurrency=1000, function_memory=2 << 30,
         prices=Prices(1.7e-5, 0.2e-6, 4e-7, 5e-6, 8.9e-9, "SEER Table 7 AWS"),
     )
@@ -50,7 +50,7 @@ def test_fit_recovers_a_known_curve() -> None:
 
 
 def test_prediction_terms_follow_eq_1_and_name_the_dominant_one() -> None:
-    profile = toy_profile(partition_seconds_per_byte=0, sort_seconds_per_byte=0, regroup_seconds_per_byte=0, startup_seconds=0, wave_seconds=0)
+    profile = toy_profile(compute={"": 0.0}, startup_seconds=0, wave_seconds=0)
     d, p = 10**9, 100
     direct = predict(ExchangePlan.direct(p), d, profile)
     map_stage = direct.stages[0]

@@ -147,13 +147,13 @@ class Binder:
 
 def _broadcast_seconds(plan: BroadcastPlan, nbytes: int, profile: StorageProfile, concurrency: int) -> float:
     """Storage time of a broadcast plan's levels (reads and writes at the profile's rates)."""
-    from croupier.model.perf import _io
+    from croupier.model.stage import io_term as _io
 
     seconds = 0.0
     for count in plan.counts(nbytes):
         c = max(1, min(concurrency, plan.workers))
         read_bytes = count.object_bytes * count.gets
-        seconds += _io("write", count.bytes_moved, count.puts, count.object_bytes, profile, c).seconds
-        seconds += _io("read", read_bytes, count.gets, count.object_bytes, profile, c).seconds
+        seconds += _io("write", count.bytes_moved, count.puts, profile, c).seconds
+        seconds += _io("read", read_bytes, count.gets, profile, c).seconds
         seconds += profile.startup_seconds
     return seconds

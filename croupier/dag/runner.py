@@ -190,6 +190,7 @@ class DagRunner:
         self._lock = threading.Lock()
         self._split_cache: dict[int, tuple[ScanSpec, tuple[list[Any], dict[str, int]]]] = {}
         self._bindings = itertools.count()
+        self._deferred: set[int] = set()
 
     # --- public ---------------------------------------------------------------------------
     def submit(self, stage: Stage) -> Future[StageOutput]:
@@ -206,6 +207,7 @@ class DagRunner:
             if _eager(stage):  # runs together with its consumer (see _run_fused)
                 future: Future[StageOutput] = Future()
                 self._futures[id(stage)] = future
+                self._deferred.add(id(stage))
             else:
                 future = self._futures[id(stage)] = self._pool.submit(self._run_stage, stage)
         return future
@@ -215,12 +217,17 @@ class DagRunner:
         return self.submit(stage).result()
 
     def wait_all(self) -> None:
-        """Wait until no stage is running (errors ignored: used before cleanup)."""
-        for future in list(self._futures.values()):
-            try:
-                future.result()
-            except BaseException:  # noqa: BLE001
-                pass
+        """Wait until no stage is running (errors ignored: used before cleanup). A stage that runs
+        with its eager consumers is failed if it never ran (its consumer failed first)."""
+        with self._lock:
+            futures = list(self._futures.items())
+        for key, future in futures:
+            if key not in self._deferred:
+                _quietly(future)
+        for key, future in futures:
+            if key in self._deferred and not future.done():
+                future.set_exception(ConfigError("not run: the stage that runs it with its eager consumers failed first"))
+            _quietly(future)
 
     def close(self) -> None:
         """Wait for every stage, stop the stage threads, and put each exchange's measured requests
@@ -265,6 +272,7 @@ class DagRunner:
         specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
         tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
         results = self._batcher.map(stage.name, tasks) if tasks else []
+        self._predict(stage.name)
         for result in results:
             self._fold(out, result.value)
         out.seconds = time.perf_counter() - started
@@ -304,6 +312,7 @@ class DagRunner:
             c_specs = [TaskSpec(j, m, {}, stage.ops, self._write(stage, j, out)) for j, m in enumerate(mains)]
             c_tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), after=gate) for s in c_specs]
             p_results, c_results = self._batcher.map_many([(producer.name, p_tasks), (stage.name, c_tasks)])
+            self._predict(producer.name, stage.name)
             for result in p_results:
                 self._fold(p_out, result.value)
             p_out.seconds = time.perf_counter() - started
@@ -318,6 +327,15 @@ class DagRunner:
         with self._lock:
             self.outputs += [p_out, out]
         return out
+
+    def _predict(self, *names: str) -> None:
+        """Put the model's prediction, from what each stage measured, beside its measured time."""
+        from croupier.model.stage import facts_from_report, predict_stage
+
+        profile = self.binder.profile()
+        for name in names:
+            report = self.run.report.stage(name)
+            report.predicted = predict_stage(facts_from_report(report), profile, self.config.concurrency).to_dict()
 
     @staticmethod
     def _fold(out: StageOutput, value: dict[str, Any]) -> None:
@@ -464,9 +482,10 @@ class DagRunner:
                     tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
                     owners.append((b, w))
             results = self._batcher.map(f"{stage.name} level {level + 1}", tasks)
+            self._predict(f"{stage.name} level {level + 1}")
             fresh: dict[int, list[Written]] = {}
             for (b, w), result in zip(owners, results):
-                fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value
+                fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
             for b in bounds:
                 if id(b) in fresh:
                     b.written, b.last_prefix = fresh[id(b)], b.prefix
@@ -553,6 +572,13 @@ class DagRunner:
             check_gensort(base, objects)
             return byte_splits(base, objects, target, 100), {}
         return byte_splits(base, objects, target), {}
+
+
+def _quietly(future: Future[Any]) -> None:
+    try:
+        future.result()
+    except BaseException:  # noqa: BLE001 - only waiting; the error went to whoever asked first
+        pass
 
 
 def _eager(stage: Stage) -> bool:

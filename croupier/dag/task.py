@@ -15,6 +15,7 @@ samples, output file names, or an operator's small result.
 from __future__ import annotations
 
 import io
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
@@ -149,13 +150,82 @@ class TaskSpec:
         return tuple(out)
 
 
+class Phases:
+    """Where a task's time went, per phase kind: [bytes of data, wall seconds, request seconds,
+    calls]. Kinds name what ran (``read:parquet``, ``hash_aggregate``, ``write:exchange-frames``...),
+    so the model can be calibrated per operator kind from every run."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self._ctx = ctx
+        self.kinds: dict[str, list[float]] = {}
+
+    def run(self, kind: str, fn: Any, *args: Any) -> Any:
+        """Call ``fn(*args)`` as phase ``kind``; its data size is that of its result (reads) or its
+        first argument (operators, writes)."""
+        io_before = _io_seconds(self._ctx)
+        started = time.perf_counter()
+        result = fn(*args)
+        wall = time.perf_counter() - started
+        nbytes = data_bytes(args[0] if args and not kind.startswith("read:") else result)
+        entry = self.kinds.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
+        entry[0] += nbytes
+        entry[1] += wall
+        entry[2] += _io_seconds(self._ctx) - io_before
+        entry[3] += 1
+        return result
+
+
+def _io_seconds(ctx: TaskContext) -> float:
+    return sum(k.seconds for stats in ctx.channels.values() for k in stats.kinds.values())
+
+
+def data_bytes(data: Any) -> int:
+    """Bytes of data flowing through a phase (frames: Polars' estimate; records: 100 per record)."""
+    if isinstance(data, pl.DataFrame):
+        return int(data.estimated_size())
+    if isinstance(data, RecordRuns):
+        return len(data) * RECORD_SIZE
+    return 0
+
+
+def read_kind(source: Read) -> str:
+    """The phase kind of a read."""
+    if isinstance(source, ScanRead):
+        return f"read:{source.spec.format}"
+    if isinstance(source, ExchangeRead):
+        return f"read:exchange-{source.rep}-{source.fmt}"
+    if isinstance(source, PiecesRead):
+        return f"read:records-{source.pieces[0].fmt if source.pieces else 'gensort'}"
+    if isinstance(source, GenerateRead):
+        return "read:generate"
+    return "read:sample"
+
+
+def write_kind(sink: Write, data: Any) -> str:
+    """The phase kind of a write."""
+    if isinstance(sink, ResultWrite):
+        return "write:result"
+    if isinstance(sink, OutputWrite):
+        return f"write:output-{sink.fmt}"
+    rep = "records" if isinstance(data, RecordRuns) else "frames"
+    return f"write:exchange-{rep}-{sink.fmt}-{type(sink.partitioning).__name__.removesuffix('Partitioning').lower()}"
+
+
 def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
-    """Read, run the operators, write the sink; return the small metadata the driver needs."""
-    data = read(ctx, spec.main)
-    sides = {name: read(ctx, r) for name, r in spec.sides.items()}
+    """Read, run the operators, write the sink; return the small metadata the driver needs, with
+    the time and bytes of every phase."""
+    phases = Phases(ctx)
+    data = phases.run(read_kind(spec.main), read, ctx, spec.main)
+    sides = {name: phases.run(read_kind(r), read, ctx, r) for name, r in spec.sides.items()}
     for op in spec.ops:
-        data = op.apply(data, sides)
-    return write(ctx, spec.write, data)
+        data = phases.run(op.kind, op.apply, data, sides)
+    out = phases.run(write_kind(spec.write, data), _write_data, data, ctx, spec.write)
+    out["phases"] = phases.kinds
+    return out
+
+
+def _write_data(data: Any, ctx: TaskContext, sink: Write) -> dict[str, Any]:
+    return write(ctx, sink, data)
 
 
 def read(ctx: TaskContext, source: Read) -> Any:
@@ -176,9 +246,12 @@ def read(ctx: TaskContext, source: Read) -> Any:
     return terasort.sample_pieces(ctx.store(source.url), list(source.pieces), source.samples, source.seed)
 
 
-def run_level(ctx: TaskContext, url: str, plan: ExchangePlan | BroadcastPlan, level: int, worker: int, fetches: tuple[Fetch, ...], wait: float, prefix: str, channel: str) -> Written:
+def run_level(ctx: TaskContext, url: str, plan: ExchangePlan | BroadcastPlan, level: int, worker: int, fetches: tuple[Fetch, ...], wait: float, prefix: str, channel: str) -> dict[str, Any]:
     """Task of an exchange's intermediate level: receive level ``level - 1``, pass it on."""
-    return move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix)[0]
+    started = time.perf_counter()
+    written, nbytes = move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix)
+    wall = time.perf_counter() - started
+    return {"written": written, "phases": {"regroup": [float(nbytes), wall, _io_seconds(ctx), 1.0]}}
 
 
 # --- writing ----------------------------------------------------------------------------------------

@@ -127,12 +127,27 @@ class QueryResult:
     files: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
+        """The stages as run, each with measured against predicted time; the exchanges with the
+        candidates the selector compared; the run-time decisions."""
         lines = ["physical stages as run:"]
         lines += ["  " + o.describe() for o in self.outputs]
+        if self.report is not None:
+            lines.append("measured against predicted, per stage (the model fed with what each stage measured):")
+            lines += ["  " + _stage_line(s) for s in self.report.stages if s.predicted]
+            for entry in self.report.exchanges:
+                lines.append(f"exchange {entry['producer']} -> {entry['consumer']}: {entry['how']}")
+                for c in entry.get("candidates", [])[:5]:
+                    lines.append(f"    {c['plan']:<18} P={c['workers']:<4} {c['seconds']:8.3f} s  dominant: {c['dominant']}")
+                lines.append(f"    requests: plan {entry['predicted_requests']}, measured {entry.get('measured_requests')}")
         lines += ["decisions at run time:"] + ["  " + n for n in self.notes] if self.notes else []
         if self.report is not None:
             lines.append(f"wall {self.report.wall_seconds:.2f} s")
         return "\n".join(lines)
+
+
+def _stage_line(stage: Any) -> str:
+    p = stage.predicted
+    return f"{stage.name:<24} measured {stage.wall_seconds:7.3f} s, predicted {p['seconds']:7.3f} s (dominant: {p['dominant']})"
 
 
 class GroupBy:

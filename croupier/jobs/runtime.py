@@ -98,6 +98,11 @@ class Run:
             report.peak_rss = max(report.peak_rss, result.peak_rss)
             report.retried_tasks += result.attempts > 1
             report.backup_wins += result.backup
+            phases = result.value.get("phases") if isinstance(result.value, dict) else None
+            for kind, values in (phases or {}).items():
+                total = report.phases.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
+                for i, v in enumerate(values):
+                    total[i] += v
         asked = [r.requested for r in results if r.requested]
         if asked:
             zero = min(asked)

@@ -229,9 +229,7 @@ def calibrate(url: str, config: Config, quick: bool = True, name: str | None = N
         write_bandwidth=write.per_worker[-1] * largest,
         startup_seconds=t0,
         wave_seconds=t1,
-        partition_seconds_per_byte=part,
-        sort_seconds_per_byte=srt,
-        regroup_seconds_per_byte=regroup,
+        compute={"write:exchange-records": part, "records_sort": srt, "regroup": regroup},
         concurrency=config.concurrency,
         function_memory=config.function_memory,
         prices=Prices(source="none: a self-hosted store; put prices in the profile to use the cost objective"),
@@ -249,9 +247,7 @@ def describe(profile: StorageProfile) -> str:
             lines.append(f"  {op:<5} {int(s):>10,} B: {a:9.1f} req/s per worker, ceiling {q:9.1f} req/s (flat from P={knee:.1f})")
     lines.append(f"  bandwidth per worker: read {profile.read_bandwidth / 1e6:.1f} MB/s, write {profile.write_bandwidth / 1e6:.1f} MB/s")
     lines.append(f"  stage start-up {profile.startup_seconds * 1000:.1f} ms + {profile.wave_seconds * 1000:.1f} ms per wave; concurrency {profile.concurrency}")
-    lines.append(
-        f"  compute per MB (one core): partition {profile.partition_seconds_per_byte * 1e6 * 1000:.2f} ms, regroup {profile.regroup_seconds_per_byte * 1e6 * 1000:.2f} ms, sort {profile.sort_seconds_per_byte * 1e6 * 1000:.2f} ms"
-    )
+    lines.append("  compute per MB (one core): " + ", ".join(f"{k} {v * 1e9:.2f} ms" for k, v in sorted(profile.compute.items())))
     lines.append(
         f"  whole-exchange fit: storage terms x{profile.io_scale:.2f}, compute x{profile.compute_scale:.2f}, "
         f"{profile.startup_seconds * 1000:.1f} ms per stage, {profile.wave_seconds * 1000:.1f} ms per wave, "

@@ -13,32 +13,11 @@ apart): functions (GB-s and invocations) + read and write requests + storage GB-
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from croupier.exchange.plan import ExchangePlan
 from croupier.model.profile import StorageProfile
-
-
-@dataclass(frozen=True)
-class Term:
-    """One named contribution to a stage's time."""
-
-    name: str
-    seconds: float
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class StagePrediction:
-    """Predicted time of one stage, as the terms that add up to it."""
-
-    name: str
-    terms: tuple[Term, ...]
-
-    @property
-    def seconds(self) -> float:
-        return sum(t.seconds for t in self.terms)
+from croupier.model.stage import StageFacts, StagePrediction, Term, predict_stage
 
 
 @dataclass(frozen=True)
@@ -80,57 +59,48 @@ class Prediction:
         return "\n".join(lines)
 
 
-def _io(kind: str, data: float, requests: int, size: float, profile: StorageProfile, c: int) -> Term:
-    """max(bandwidth term, throughput term) for one direction of one stage."""
-    curve, bw = (profile.read, profile.read_bandwidth) if kind == "read" else (profile.write, profile.write_bandwidth)
-    bandwidth = data / (bw * c) if data else 0.0
-    q = curve.q(size, c)
-    throughput = requests / q if requests else 0.0
-    bandwidth, throughput = bandwidth * profile.io_scale, throughput * profile.io_scale
-    if throughput >= bandwidth:
-        return Term(f"{kind} throughput", throughput, f"{requests:,} {kind}s of {size / 1e6:.3g} MB at {q:,.0f} req/s with {c} at once")
-    return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s per worker x {c}")
+#: Phase kinds of the TeraSort plan's stages (what their tasks report), for predictions from a plan.
+SORT_PHASES = {
+    "map": ("read:records-gensort", "write:exchange-records"),
+    "level": ("regroup",),
+    "reduce": ("read:exchange-records", "records_sort", "write:output-records-gensort"),
+}
 
 
-def predict(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, concurrency: int | None = None, producers_done: bool = False) -> Prediction:
-    """Predict the stages of ``plan`` on ``data_bytes``: producers (M tasks: read input, partition,
-    write level 1), levels 2..k (P tasks: regroup), consumers (P tasks: read, sort, write output).
-
-    ``producers_done``: the producers have already written level 1 (late binding); their stage is
-    left out, since no plan can change it.
+def predict(
+    plan: ExchangePlan,
+    data_bytes: int,
+    profile: StorageProfile,
+    concurrency: int | None = None,
+    producers_done: bool = False,
+    phases: dict[str, tuple[str, ...]] | None = None,
+) -> Prediction:
+    """Predict the stages of ``plan`` on ``data_bytes``: producers (M tasks: read input, cut into
+    buckets, write level 1), levels 2..k (P tasks: regroup), consumers (P tasks: read level k, run
+    their operators, write). ``phases`` names the phase kinds of "map", "level" and "reduce"
+    (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
+    stage is left out — no plan can change it.
     """
+    kinds = {**SORT_PHASES, **(phases or {})}
     p, m = plan.workers, plan.producers
-    limit = concurrency or profile.concurrency
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
-    stages = []
+    facts = []
     for i in range(plan.levels + 1):
-        tasks = m if i == 0 else p
-        c = max(1, min(tasks, limit))
-        waves = math.ceil(tasks / c)
-        startup = Term("start-up", profile.startup_seconds + profile.wave_seconds * waves, f"{waves} wave(s) of {c} functions")
-        # A function's first task touches fresh memory (page faults); later tasks reuse it: ~ D/tasks.
-        touch = Term("first-touch memory", d / tasks * profile.first_touch_seconds_per_byte, f"{d / tasks / 1e6:,.0f} MB of fresh memory per function")
-        if i == 0:
-            read = _io("read", d, m, d / m, profile, c)
-            compute = Term("compute", d * profile.partition_seconds_per_byte * profile.compute_scale / c, "partitioning records by key")
-        else:
-            prev = counts[i - 1]
-            read = _io("read", d, prev.gets + prev.ranged_gets, prev.read_bytes, profile, c)
-            per_byte = profile.sort_seconds_per_byte if i == plan.levels else profile.regroup_seconds_per_byte
-            compute = Term("compute", d * per_byte * profile.compute_scale / c, "sorting" if i == plan.levels else "regrouping segments")
-        if i < plan.levels:
-            write = _io("write", d, counts[i].puts, counts[i].object_bytes, profile, c)
-        else:
-            write = _io("write", d, p, d / p, profile, c)
-        name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
         if i == 0 and producers_done:
             continue
-        stages.append(StagePrediction(name, (startup, touch, compute, read, write)))
+        name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
+        role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
+        tasks = m if i == 0 else p
+        reads = m if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
+        writes = counts[i].puts if i < plan.levels else (p if "write:output" in " ".join(kinds[role]) else 0)
+        write_bytes = d if writes else 0.0
+        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d, writes, write_bytes))
+    stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
     requests = plan.predicted_requests()
     requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + m, "GET_RANGE": requests["GET_RANGE"]}
-    prediction = Prediction(plan, data_bytes, tuple(stages), requests)
-    return Prediction(plan, data_bytes, tuple(stages), requests, cost(prediction, profile))
+    prediction = Prediction(plan, data_bytes, stages, requests)
+    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile))
 
 
 def cost(prediction: Prediction, profile: StorageProfile) -> float:

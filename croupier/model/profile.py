@@ -24,7 +24,9 @@ from typing import Any
 
 from croupier.errors import ConfigError
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+#: Seconds per byte on one core of a phase kind the profile does not know (a plain copy's order).
+DEFAULT_COMPUTE = 1.5e-9
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,8 @@ class StorageProfile:
     write_bandwidth: float  # b_w
     startup_seconds: float = 0.05  # t0: fixed cost of one stage
     wave_seconds: float = 0.01  # t1: per wave of tasks (P / concurrency, rounded up)
-    partition_seconds_per_byte: float = 0.0  # map compute, one core
-    sort_seconds_per_byte: float = 0.0  # reduce compute, one core
-    regroup_seconds_per_byte: float = 0.0  # intermediate level compute, one core
+    #: seconds per byte on one core, per phase kind (longest matching prefix wins, see compute_cost)
+    compute: dict[str, float] = field(default_factory=dict)
     io_scale: float = 1.0  # fitted from real exchanges: multiplier of the storage terms
     compute_scale: float = 1.0  # fitted: multiplier of the compute terms
     first_touch_seconds_per_byte: float = 0.0  # fitted: fresh memory a function's first task touches, per byte of that task
@@ -90,6 +91,16 @@ class StorageProfile:
     fit: dict[str, float] = field(default_factory=dict)  # goodness of fit (mean abs % error per curve)
     version: int = PROFILE_VERSION
 
+    def compute_cost(self, kind: str) -> float:
+        """Seconds per byte on one core of phase ``kind``: the longest key of ``compute`` that
+        prefixes it (``write:exchange-records`` covers ``write:exchange-records-raw-recordsrange``),
+        else :data:`DEFAULT_COMPUTE`."""
+        best = ""
+        for key in self.compute:
+            if kind.startswith(key) and len(key) > len(best):
+                best = key
+        return self.compute[best] if best else DEFAULT_COMPUTE
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
@@ -98,9 +109,9 @@ class StorageProfile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StorageProfile:
+        data = _migrate(dict(data))
         if data.get("version") != PROFILE_VERSION:
             raise ConfigError(f"profile {data.get('name')!r} has version {data.get('version')}, expected {PROFILE_VERSION}; recalibrate with `croupier calibrate`")
-        data = dict(data)
         data["read"] = Curve(**{k: tuple(v) for k, v in data["read"].items()})
         data["write"] = Curve(**{k: tuple(v) for k, v in data["write"].items()})
         data["prices"] = Prices(**data.get("prices", {}))
@@ -127,3 +138,17 @@ def shipped_names() -> list[str]:
     """Names of the profiles that ship with Croupier."""
     folder = resources.files("croupier.model") / "profiles"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def _migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Read a version-1 profile: its three TeraSort compute figures become phase kinds."""
+    if data.get("version") != 1:
+        return data
+    compute = {
+        "write:exchange-records": data.pop("partition_seconds_per_byte", 0.0),
+        "records_sort": data.pop("sort_seconds_per_byte", 0.0),
+        "regroup": data.pop("regroup_seconds_per_byte", 0.0),
+    }
+    data["compute"] = {k: v for k, v in compute.items() if v}
+    data["version"] = PROFILE_VERSION
+    return data

@@ -79,6 +79,7 @@ def choose(
     buckets: int | None = None,
     topology: Topology | None = None,
     producers_done: bool = False,
+    phases: dict[str, tuple[str, ...]] | None = None,
 ) -> Choice:
     """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given; only plans of
     the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given; exactly
@@ -87,7 +88,8 @@ def choose(
     ``senders`` is M, the producers (default P). ``buckets`` is B when the producers have already
     cut their data into B buckets (late binding): then P <= B and level 1 is write-combined, the
     only form a producer can write before P is known. ``producers_done``: leave the producers'
-    stage out of the comparison (it ran already).
+    stage out of the comparison (it ran already). ``phases``: the phase kinds of the stages (see
+    :func:`croupier.model.perf.predict`).
     """
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -104,7 +106,7 @@ def choose(
     if not plans:
         late = " (late binding: the producers wrote before P was known, so only write-combined plans, P <= B)" if buckets is not None else ""
         raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc")
-    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done) for plan in plans]
+    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
     pool = [c for c in candidates if budget is None or c.cost <= budget]
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)
