@@ -28,7 +28,8 @@ from .conftest import BUCKET, leftover_tmp
 
 lithops = pytest.importorskip("lithops")
 
-from croupier.compute.lithops_executor import LithopsExecutor  # noqa: E402 - needs lithops
+from croupier.compute.lithops_calls import run_in_function  # noqa: E402 - needs lithops
+from croupier.compute.lithops_executor import LithopsExecutor  # noqa: E402
 
 LITHOPS = {"lithops": {"backend": "localhost", "storage": "localhost", "log_level": "WARNING"}, "localhost": {"worker_processes": 2, "runtime": sys.executable}}
 NO_BACKUPS = Config(concurrency=2, speculation=None)
@@ -44,8 +45,9 @@ def functions_import_the_tests():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def lithops_executor(s3_config: Config):  # type: ignore[no-untyped-def]
-    executor = LithopsExecutor(s3_config, LITHOPS, two_level_from=9)
+def lithops_executor():  # type: ignore[no-untyped-def]
+    """One Lithops executor for the module (its own config sets only limits; runs pass theirs)."""
+    executor = LithopsExecutor(NO_BACKUPS, LITHOPS, two_level_from=9)
     yield executor
     executor.close()
 
@@ -60,7 +62,8 @@ class LosesCalls(LithopsExecutor):
     def _send(self, fexec: Any, fn: Callable[..., Any], payloads: list[tuple[Any, ...]], timeout: int) -> list[Any]:
         dropped = []
         for payload in payloads:
-            task_id = payload[0][0]  # one-task calls: ((task id, fn, args, config),)
+            # one-task calls: ((task id, fn, args, config),); invoker calls: (settings, bounds, tasks, config)
+            task_id = payload[0][0] if fn is run_in_function else "invoker"
             dropped.append(self.drop.get(task_id, 0) > 0)
             if dropped[-1]:
                 self.drop[task_id] -= 1
@@ -211,7 +214,7 @@ def test_gated_tasks_take_a_function_only_after_their_share(lithops_executor) ->
     assert [results[t.id].value for t in first + gated] == [0, 1, 4, 9, 0, 1]
 
 
-def test_a_call_that_never_starts_is_resubmitted_then_fails_clearly(s3_config: Config) -> None:
+def test_a_call_that_never_starts_is_resubmitted_then_fails_clearly() -> None:
     executor = LosesCalls(NO_BACKUPS, LITHOPS, start_timeout=2, drop={"t1": 1})
     try:
         results = executor.map([Task(f"t{i}", square_task, (i,)) for i in range(3)])
@@ -223,6 +226,11 @@ def test_a_call_that_never_starts_is_resubmitted_then_fails_clearly(s3_config: C
             executor.map([Task(f"t{i}", square_task, (i,)) for i in range(2)])
         assert sum(r.startswith("t0:") for r in executor.resubmitted) == 2
         assert [r.value for r in executor.map([Task("after", square_task, (5,))])] == [25]  # still usable
+        executor.task_attempts, executor.two_level_from, executor.drop = 3, 4, {"invoker": 1}
+        results = executor.map([Task(f"t{i}", square_task, (i,)) for i in range(4)])  # two invokers, one lost
+        assert executor.last_invokers == 2 and [r.value for r in results] == [0, 1, 4, 9]
+        assert any(r.startswith("invoker of 2 tasks") for r in executor.resubmitted), executor.resubmitted
+        assert sum(r.attempts >= 2 for r in results) >= 2  # the lost invoker's share, sent directly
     finally:
         executor.close()
 
@@ -266,6 +274,18 @@ def test_a_configuration_lithops_rejects_says_what_to_fix(tmp_path: Path) -> Non
         LithopsExecutor(NO_BACKUPS, {"lithops": {"backend": "no_such_backend"}})
     with pytest.raises(ConfigError, match="cannot read the Lithops configuration .*missing.yaml"):
         LithopsExecutor(NO_BACKUPS, str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="croupier.start_timeout: cannot read 'soon' as a duration"):
+        LithopsExecutor(NO_BACKUPS, {**LITHOPS, "croupier": {"start_timeout": "soon"}})
+
+
+def test_the_start_bound_comes_from_the_lithops_configuration() -> None:
+    executors = [LithopsExecutor(NO_BACKUPS, LITHOPS), LithopsExecutor(NO_BACKUPS, {**LITHOPS, "croupier": {"start_timeout": "2m"}})]
+    try:
+        assert [e.start_timeout for e in executors] == [60.0, 120.0]
+        assert "croupier" not in executors[1].lithops_config  # Croupier's own section is not Lithops'
+    finally:
+        for executor in executors:
+            executor.close()
 
 
 def test_a_failing_call_reports_the_error_behind_it(lithops_executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]

@@ -198,6 +198,7 @@ class Platform:
 
     @property
     def backend(self) -> str:
+        """The Lithops compute backend's name ("localhost", "aws_lambda", ...)."""
         return str(self.current.config["lithops"].get("backend", "localhost"))
 
     def limits(self) -> tuple[int, int]:
@@ -229,7 +230,19 @@ class Platform:
         for call in calls:
             by_executor.setdefault(id(call.fexec), (call.fexec, []))[1].append(call.future)
         for fexec, futures in by_executor.values():
-            fexec.clean(fs=futures, clean_cloudobjects=False)
+            try:
+                fexec.clean(fs=futures, clean_cloudobjects=False)
+            except OSError:
+                pass  # Lithops' temporary data is cleaned again when the executor closes
+
+    def close_idle(self, busy: set[int]) -> list[Any]:
+        """Stop the retired executors that run none of our calls (ids in ``busy`` still do);
+        return them."""
+        idle = [f for f in self.retired if id(f) not in busy]
+        self.retired = [f for f in self.retired if id(f) in busy]
+        for fexec in idle:
+            _shut(fexec)
+        return idle
 
     def close(self) -> None:
         """Stop every Lithops executor and delete their temporary data."""
@@ -516,6 +529,7 @@ class CallLoop:
         self._lost(call, cause, trace, kind)
 
     def _give_up(self, task_id: str, cause: str, trace: str, kind: str = "") -> None:
+        """A task failed for good: raise, or (collecting, in an invoker) record it."""
         if self.raise_failures:
             raise TaskError(task_id, cause, trace)
         self.failed[task_id] = (cause, trace, kind)

@@ -161,6 +161,7 @@ class LithopsExecutor(Executor):
     # --- the platform's limits -------------------------------------------------------------------
     @property
     def backend(self) -> str:
+        """The Lithops compute backend's name ("localhost", "aws_lambda", ...)."""
         return self._platform.backend
 
     def limits(self) -> tuple[int, int]:
@@ -189,6 +190,7 @@ class LithopsExecutor(Executor):
                 self.failures, self.resubmitted = report.failures, report.resubmitted
                 self.backups += report.backups
             self._platform.clean(loop.finished)
+            self._close_idle()
             results = [loop.results[t.id] for t in tasks]
             self.timeline += [(r.task_id, r.requested, r.started) for r in results]
             return results
@@ -208,6 +210,12 @@ class LithopsExecutor(Executor):
         """Submit one Lithops call per payload; return their futures (the seam tests use to make
         a call that never starts: a None future is a call that was not sent)."""
         return send_calls(fexec, fn, payloads, timeout)
+
+    def _close_idle(self) -> None:
+        """Stop the Lithops executors retired after a call never started once none of our calls
+        runs on them (a stuck one holds threads; stopping it releases them)."""
+        closed = {id(f) for f in self._platform.close_idle({id(c.fexec) for c in self._orphans if c.started()})}
+        self._orphans[:] = [c for c in self._orphans if id(c.fexec) not in closed]
 
     def _stop_current(self) -> None:
         """After a failed map: stop the calls still out (the localhost backend kills them; cloud
