@@ -32,8 +32,8 @@ from croupier.config import Config
 from croupier.exchange.plan import all_plans
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
-from croupier.model.calibrate import _exchange_seconds as exchange_seconds
-from croupier.model.calibrate import calibrate, describe
+from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
+from croupier.jobs.calibrate import calibrate, describe
 from croupier.model.perf import predict
 from croupier.storage import open_store
 from croupier.testing import SeaweedFS

@@ -22,7 +22,7 @@ from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
-from croupier.model.calibrate import _exchange_seconds as exchange_seconds
+from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
 from croupier.storage import open_store
 from croupier.testing import SeaweedFS
 from croupier.units import parse_size

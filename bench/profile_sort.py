@@ -22,7 +22,7 @@ from croupier.exchange.plan import ExchangePlan
 from croupier.jobs import sort as sortjob
 from croupier.jobs.common import list_inputs
 from croupier.jobs.gensort import gensort
-from croupier.jobs.runtime import Run
+from croupier.dag.run import Run
 from croupier.ops import partition
 from croupier.storage import open_store
 from croupier.units import parse_size

@@ -180,7 +180,7 @@ def _plan(workers: int | None, topology: str | None, levels: int | None, combine
 @_guard
 def calibrate_cmd(ctx: click.Context, store_url: str, quick: bool, out_path: str, name: str | None, plot_path: str | None) -> None:
     """Measure a store with real concurrent workers; fit and save its performance profile."""
-    from croupier.model.calibrate import calibrate, describe
+    from croupier.jobs.calibrate import calibrate, describe
 
     profile = calibrate(store_url, _config(ctx), quick=quick, name=name)
     profile.save(out_path)

@@ -9,6 +9,7 @@ can be logged, put in a report or an error message without leaking keys.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
@@ -91,6 +92,25 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class SpeculationPolicy:
+    """When and how much to speculate (the policy itself: :mod:`croupier.compute.speculation`)."""
+
+    after: float = 0.75
+    slowness: float = 1.5
+    budget: float = 0.10
+    min_seconds: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.after <= 1.0 and self.slowness >= 1.0 and 0.0 <= self.budget <= 1.0 and self.min_seconds >= 0):
+            raise ConfigError("speculation: need 0 < after <= 1, slowness >= 1, 0 <= budget <= 1, min_seconds >= 0")
+
+    def allowance(self, total: int) -> int:
+        """Backups a stage of ``total`` tasks may launch in all."""
+        return 0 if self.budget == 0 or total <= 1 else max(1, math.floor(self.budget * total))
+
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything a Croupier run needs to know, in one place.
 
@@ -131,7 +151,7 @@ class Config:
     lithops_config:      Lithops configuration: a file path, or None for Lithops' own lookup
                          (LITHOPS_CONFIG_FILE, ~/.lithops/config)
     prefetch:            look-ahead prefetch: a function fetches its next task's inputs while it
-                         runs the current one (see croupier.compute.prefetch)
+                         runs the current one (see croupier.storage.prefetch)
     reducers:            "lazy": a sort's reducers start after all mappers; "eager": once
                          ``eager_after`` of the mappers finished, polling for their inputs (SEER
                          §5.1; direct exchange without write combining only)
@@ -155,7 +175,7 @@ class Config:
     topology: str | None = None
     objective: str = "time"
     budget: float | None = None
-    speculation: Any = field(default_factory=lambda: _default_speculation())
+    speculation: SpeculationPolicy | None = field(default_factory=SpeculationPolicy)
     faults: Any = None
     executor: str = "local"
     lithops_config: Any = None
@@ -189,25 +209,12 @@ class Config:
         if self.budget is not None and self.budget <= 0:
             raise ConfigError(f"budget must be a positive amount of USD, got {self.budget}")
         if self.topology is not None:
-            from croupier.exchange.topology import Topology
-
-            try:
-                workers = Topology.parse(self.topology).workers
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
+            workers = _topology_workers(self.topology)
             if self.workers is not None and workers != self.workers:
                 raise ConfigError(f"topology {self.topology} has {workers} workers but workers is {self.workers}")
             levels = self.topology.count("x") + 1
             if self.algorithm is not None and not self.algorithm.startswith("direct" if levels == 1 else f"{levels}-level"):
                 raise ConfigError(f"topology {self.topology} has {levels} level(s); it does not fit algorithm {self.algorithm}")
-
-    def load_profile(self, shuffle_url: str):  # type: ignore[no-untyped-def]
-        """The storage profile for exchanges through ``shuffle_url``."""
-        from croupier.model.profile import StorageProfile
-
-        profile = StorageProfile.load(self.profile or default_profile_name(shuffle_url, self.s3))
-        # the functions are this run's: their memory bounds the selector's smallest P (and prices GB-s)
-        return replace(profile, function_memory=self.function_memory)
 
     def shuffle_encoding(self, shuffle_url: str) -> str:
         """The encoding of shuffle objects stored under ``shuffle_url`` ("auto" resolved)."""
@@ -240,10 +247,15 @@ class Config:
 ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc")
 
 
-def _default_speculation():  # type: ignore[no-untyped-def]
-    from croupier.compute.speculation import SpeculationPolicy
-
-    return SpeculationPolicy()
+def _topology_workers(text: str) -> int:
+    """P of a topology written "4x3" (group sizes >= 2, or one group), with a clear error."""
+    try:
+        groups = [int(part) for part in text.lower().split("x")]
+    except ValueError:
+        groups = []
+    if not groups or any(g < 1 for g in groups) or (len(groups) > 1 and any(g < 2 for g in groups)):
+        raise ConfigError(f"cannot read topology {text!r}; write group sizes like 3x4 or 2x2x3 (each at least 2)")
+    return math.prod(groups)
 
 
 def default_profile_name(url: str, s3: S3Options) -> str:

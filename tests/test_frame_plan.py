@@ -14,8 +14,8 @@ from croupier.ops.partition import hash_buckets, range_buckets, sort_keys
 from croupier.dag.scan import ScanSpec
 from croupier.errors import ConfigError
 from croupier.frame import LazyFrame, col, count
-from croupier.frame.logical import Aggregate, Filter, Join, Node, Project, Scan
-from croupier.frame.optimize import optimize
+from croupier.plan.logical import Aggregate, Filter, Join, Node, Project, Scan
+from croupier.plan.optimize import optimize
 
 ORDERS = pl.Schema({"o_orderkey": pl.Int64, "o_custkey": pl.Int64, "o_date": pl.Date, "o_price": pl.Float64, "o_comment": pl.String})
 CUSTOMER = pl.Schema({"c_custkey": pl.Int64, "c_name": pl.String, "c_nation": pl.Int32, "c_comment": pl.String})

@@ -14,7 +14,7 @@ from croupier.config import Config
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
-from croupier.model import calibrate as cal
+from croupier.jobs import calibrate as cal
 from croupier.model.perf import predict
 from croupier.model.profile import Curve, Prices, StorageProfile, shipped_names
 from croupier.model.selector import choose, search_range

@@ -26,7 +26,7 @@ class Task:
     that share of those tasks (of the same ``map`` call) has finished and none of them is still
     waiting for a function, so gated tasks never take a function a prerequisite needs.
     ``inputs`` = what the task will read, (store URL, key, start, end): a function about to run it
-    next may fetch them ahead (look-ahead prefetch, :mod:`croupier.compute.prefetch`).
+    next may fetch them ahead (look-ahead prefetch, :mod:`croupier.storage.prefetch`).
     """
 
     id: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from croupier.compute.prefetch import PrefetchCache
+from croupier.storage.prefetch import PrefetchCache
 from croupier.config import Config
 from croupier.storage import IOStats, Store, open_backend
 from croupier.storage.backend import Backend

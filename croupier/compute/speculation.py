@@ -15,30 +15,12 @@ are: every task writes the same objects under the same keys whichever copy runs)
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from croupier.errors import ConfigError
+__all__ = ["SpeculationPolicy", "choose_backups"]
 
-
-@dataclass(frozen=True)
-class SpeculationPolicy:
-    """When and how much to speculate."""
-
-    after: float = 0.75
-    slowness: float = 1.5
-    budget: float = 0.10
-    min_seconds: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not (0.0 < self.after <= 1.0 and self.slowness >= 1.0 and 0.0 <= self.budget <= 1.0 and self.min_seconds >= 0):
-            raise ConfigError("speculation: need 0 < after <= 1, slowness >= 1, 0 <= budget <= 1, min_seconds >= 0")
-
-    def allowance(self, total: int) -> int:
-        """Backups a stage of ``total`` tasks may launch in all."""
-        return 0 if self.budget == 0 or total <= 1 else max(1, math.floor(self.budget * total))
+from croupier.config import SpeculationPolicy
 
 
 def choose_backups(

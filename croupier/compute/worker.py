@@ -25,7 +25,7 @@ from typing import Any
 
 from croupier.compute.base import MAX_RESULT_BYTES
 from croupier.compute.context import TaskContext
-from croupier.compute.prefetch import PrefetchCache
+from croupier.storage.prefetch import PrefetchCache
 from croupier.storage import open_backend
 from croupier.storage.backend import Backend
 

@@ -27,7 +27,7 @@ from croupier.errors import ConfigError
 from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology, candidates
-from croupier.model.profile import StorageProfile
+from croupier.model.profile import StorageProfile, profile_for
 from croupier.model.selector import Choice, choose, search_range
 from croupier.units import format_bytes
 
@@ -64,7 +64,7 @@ class Binder:
         """The storage profile of the run's intermediate store, with this run's function memory."""
         with self._lock:
             if self._profile is None:
-                self._profile = self.config.load_profile(self.tmp_url)
+                self._profile = profile_for(self.config, self.tmp_url)
             return self._profile
 
     # --- what the forcing fields say -----------------------------------------------------------

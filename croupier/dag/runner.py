@@ -50,7 +50,7 @@ from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.move import Fetch, Written
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
-from croupier.jobs.runtime import Run
+from croupier.dag.run import Run
 from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.units import format_bytes
 
@@ -639,6 +639,7 @@ def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url:
         frames = [read_output(runner, o) if isinstance(o.stage.sink, ExchangeSink) else None for o in outputs]
     finally:
         runner.close()
+        run.drain()  # losing backup copies on Lithops end before the temporaries go
         run.store(runner.tmp_url).delete_prefix()
         report = run.finish()
     return JobResult(frames, outputs, report)

@@ -33,9 +33,9 @@ from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, resolve
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.errors import ConfigError
 from croupier.expr import Col, Expr, wrap
-from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
-from croupier.frame.optimize import optimize
-from croupier.jobs.runtime import Run
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
+from croupier.plan.optimize import optimize
+from croupier.dag.run import Run
 from croupier.plan.compile import Compiler, finish
 from croupier.plan.output import OutputWriter
 from croupier.report import RunReport
@@ -312,6 +312,7 @@ class LazyFrame:
             raise
         finally:
             runner.close()
+            run.drain()  # losing backup copies on Lithops end before the temporaries go
             run.store(runner.tmp_url).delete_prefix()
             result.outputs, result.notes, result.compiler, result.tmp_url = list(runner.outputs), compiler.notes, compiler, runner.tmp_url
             result.report = run.finish()

@@ -14,7 +14,7 @@ from croupier.dag.runner import DagRunner
 from croupier.dag.stage import OutputSink, Stage, TaskSource
 from croupier.dag.task import GenerateRead
 from croupier.errors import ConfigError
-from croupier.jobs.runtime import Run
+from croupier.dag.run import Run
 from croupier.ops.records import RECORD_SIZE
 from croupier.plan.output import OutputWriter
 from croupier.report import RunReport

@@ -22,7 +22,7 @@ from croupier.dag.stage import ResultSink, Stage, TaskSource
 from croupier.dag.task import PiecesRead
 from croupier.errors import InputError
 from croupier.jobs.common import list_inputs, read_manifest
-from croupier.jobs.runtime import Run
+from croupier.dag.run import Run
 from croupier.ops.formats import detect_format
 from croupier.ops.records import RECORD_SIZE, RecordRuns, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
 from croupier.ops.terasort import Piece

@@ -152,3 +152,15 @@ def _migrate(data: dict[str, Any]) -> dict[str, Any]:
     data["compute"] = {k: v for k, v in compute.items() if v}
     data["version"] = PROFILE_VERSION
     return data
+
+
+def profile_for(config: Any, shuffle_url: str) -> StorageProfile:
+    """The profile for exchanges through ``shuffle_url`` under ``config`` (its ``profile`` or the
+    shipped one for the store kind), with the run's function memory: it bounds the selector's
+    smallest P and prices GB-seconds."""
+    from dataclasses import replace
+
+    from croupier.config import default_profile_name
+
+    profile = StorageProfile.load(config.profile or default_profile_name(shuffle_url, config.s3))
+    return replace(profile, function_memory=config.function_memory)

@@ -47,7 +47,7 @@ from croupier.dag.stage import (
     Stage,
 )
 from croupier.errors import ConfigError
-from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
 

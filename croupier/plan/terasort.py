@@ -30,7 +30,7 @@ from croupier.dag.scan import resolve
 from croupier.dag.stage import ExchangeInput, ExchangeSink, RecordsRangePartitioning, ResultSink, TaskSource
 from croupier.dag.task import PiecesRead, SampleRead
 from croupier.expr import Col
-from croupier.frame.logical import Node, Scan, Sort
+from croupier.plan.logical import Node, Scan, Sort
 from croupier.ops import terasort
 from croupier.ops.records import RECORD_SIZE
 

@@ -21,7 +21,7 @@ from croupier.storage.backend import Backend, Buffer, ObjectInfo
 from croupier.storage.stats import IOStats
 
 if TYPE_CHECKING:
-    from croupier.compute.prefetch import PrefetchCache
+    from croupier.storage.prefetch import PrefetchCache
 
 T = TypeVar("T")
 

@@ -115,6 +115,13 @@ class Run:
             return self.config.progress
         return sys.stderr.isatty() and not os.environ.get("CI")
 
+    def drain(self, timeout: float = 60.0) -> None:
+        """Wait (bounded) for task copies still running after their stage ended — Lithops cannot
+        stop a losing speculative copy — so that none writes after the run's cleanup."""
+        drain = getattr(self.executor, "drain", None)
+        if drain is not None:
+            drain(timeout)
+
     def finish(self) -> RunReport:
         """Close the run: add the driver's requests, the wall time, and release resources."""
         driver = StageReport("driver", io=self.driver_io.snapshot())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from croupier.expr import Col, Expr, conjoin, conjuncts
-from croupier.frame.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 
 
 def optimize(node: Node) -> Node:

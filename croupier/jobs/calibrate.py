@@ -25,7 +25,7 @@ import numpy as np
 from croupier.compute.base import Task
 from croupier.compute.context import TaskContext
 from croupier.config import Config
-from croupier.jobs.runtime import make_executor
+from croupier.dag.run import make_executor
 from croupier.model.profile import Curve, Prices, StorageProfile
 from croupier.storage import open_store
 from croupier.units import parse_size
