@@ -101,10 +101,10 @@ class Binder:
             topology=self.forced_topology(), producers_done=producers_done,
         )  # fmt: skip
 
-    def late(self, nbytes: int, senders: int, buckets: int) -> Decision:
+    def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured") -> Decision:
         """P and a write-combined plan for ``nbytes`` the ``senders`` producers wrote in ``buckets``."""
         choice = self._choose(nbytes, senders, buckets, producers_done=True)
-        return Decision(choice.best.plan, self._why(choice, nbytes, "measured"), choice)
+        return Decision(choice.best.plan, self._why(choice, nbytes, what), choice)
 
     def early(self, nbytes: int, senders: int | None, what: str) -> Decision:
         """A plan fixed before ``senders`` producers run (None: as many as consumers, TeraSort's

@@ -36,7 +36,7 @@ from croupier.expr import Col, Expr, wrap
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 from croupier.plan.optimize import optimize
 from croupier.dag.run import Run
-from croupier.plan.compile import Compiler, finish
+from croupier.plan.compile import Compiler, finish, preview_exchanges
 from croupier.plan.output import OutputWriter
 from croupier.report import RunReport
 from croupier.storage import open_store, split_url
@@ -271,6 +271,10 @@ class LazyFrame:
         parts.append("physical stages (preview; P, algorithm and topology are chosen per exchange at run time by the selector):")
         parts += ["  " + s.describe() for s in compiler.stages]
         parts += ["  note: " + n for n in compiler.notes]
+        estimates = preview_exchanges(compiler, _Stores(self.config).store)
+        if estimates:
+            parts.append("exchanges, as the selector sees them from the input sizes (candidates compared, dominant term):")
+            parts += ["  " + line for line in estimates]
         return "\n".join(parts)
 
     # --- running -----------------------------------------------------------------------------------

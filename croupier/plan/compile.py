@@ -46,7 +46,7 @@ from croupier.dag.stage import (
     Source,
     Stage,
 )
-from croupier.errors import ConfigError
+from croupier.errors import ConfigError, CroupierError
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
@@ -228,3 +228,33 @@ def finish(compiler: Compiler, pipe: Pipeline, sink: Sink) -> Stage:
             pipe.ops.append(RecordsToFrame())
             pipe.rep = "frames"
     return compiler.stage(pipe, sink, "final", name=pipe.final_name)
+
+
+def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
+    """Explain lines for a dry compile: for each exchange whose producers read stored files, the
+    selector's candidates for the bytes those files hold (an upper bound of what the producers will
+    write; at run time D is measured). ``store_of(url)`` opens stores for listing."""
+    from croupier.dag.binding import Binder
+    from croupier.dag.scan import resolve
+
+    lines: list[str] = []
+    binder = Binder(compiler.config, compiler.config.tmp_url or "file:///tmp")
+    for stage in compiler.stages:
+        sink = stage.sink
+        if not isinstance(sink, ExchangeSink) or isinstance(sink.partitioning, SinglePartitioning) or not isinstance(stage.source, ScanSource):
+            continue
+        try:
+            _, objects = resolve(stage.source.spec.url, store_of)
+        except CroupierError as exc:
+            lines.append(f"{stage.name}: cannot estimate its output ({exc})")
+            continue
+        nbytes = sum(o.size for o in objects)
+        senders = max(1, len(objects))
+        decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated")
+        assert decision.choice is not None
+        lines.append(f"{stage.name} (if it wrote all it reads): {decision.how}")
+        ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:5]
+        for c in ranked:
+            d = c.dominant()
+            lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s  dominant: {d.name} ({d.why})")
+    return lines
