@@ -15,6 +15,7 @@ high-water mark, short spikes between two looks are not missed.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import threading
@@ -74,12 +75,58 @@ class _MemoryWatch(threading.Thread):
             time.sleep(_WATCH_INTERVAL)
 
 
+#: glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+
+
+def retain_freed_memory() -> None:
+    """Keep memory a task frees for the next task of this function (glibc only; else a no-op).
+
+    By default glibc serves every allocation above 32 MB with a fresh mmap and unmaps it on free,
+    so each task of a warm function touches all its memory anew; on this kind of VM page faults
+    made a TeraSort map task 1.9x slower than the same work on reused memory. Serving large
+    allocations from the heap and never trimming it is what a warm serverless function does
+    anyway: its memory stays its own until the platform reclaims it.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_MAX, 0)
+        libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+        libc.mallopt(_M_TOP_PAD, 64 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
+#: Share of the memory budget a function may keep from earlier tasks before giving it back.
+RETAIN_SHARE = 0.25
+
+
+def release_if_large(budget: int) -> None:
+    """Give kept memory back to the system once it exceeds RETAIN_SHARE of the budget, so memory
+    kept for reuse (and the heap fragmentation it brings) never crowds out the next task."""
+    if _current_rss() <= budget * RETAIN_SHARE:
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _current_rss() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: int) -> None:
     """Serve tasks from ``conn`` until told to stop."""
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
     import pyarrow
 
     pyarrow.set_cpu_count(threads)
+    retain_freed_memory()
     watch = _MemoryWatch(memory_budget)
     watch.start()
     backends: dict[str, Backend] = {}
@@ -98,6 +145,7 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
             upcoming = PrefetchCache(memory_budget // 4)
             upcoming.prepare(next_id, next_inputs, lambda url, config=config: _backend(backends, url, config))
         conn.send(_run_task((task_id, fn, args, config), watch, backends, current))
+        release_if_large(memory_budget)
 
 
 def _backend(backends: dict[str, Backend], url: str, config: Any) -> Backend:

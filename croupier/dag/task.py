@@ -146,7 +146,7 @@ class TaskSpec:
             if isinstance(read, ExchangeRead):
                 out += [f.as_input(read.url) for f in read.fetches]
             elif isinstance(read, PiecesRead):
-                out += [(read.url, p.key, p.start * RECORD_SIZE, p.stop * RECORD_SIZE) if p.fmt == "gensort" else (read.url, p.key, None, None) for p in read.pieces]
+                out += [(read.url, p.key, p.start * RECORD_SIZE, p.stop * RECORD_SIZE) if p.fmt == "gensort" else (read.url, p.key, None, None) for p in read.pieces if p.row_groups is None]
         return tuple(out)
 
 

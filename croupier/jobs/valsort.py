@@ -25,7 +25,7 @@ from croupier.jobs.common import list_inputs, read_manifest
 from croupier.dag.run import Run
 from croupier.ops.formats import detect_format
 from croupier.ops.records import RECORD_SIZE, RecordRuns, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
-from croupier.ops.terasort import Piece
+from croupier.ops.terasort import Piece, row_group_pieces
 from croupier.report import RunReport
 from croupier.storage import ObjectInfo, Store
 
@@ -99,13 +99,13 @@ class Summarise(Operator):
 
 
 def _pieces(store: Store, objects: list[ObjectInfo]) -> list[Piece]:
-    """Output objects cut into pieces of at most CHUNK_RECORDS records (gensort) or whole (Parquet),
-    in output order, so a function's memory stays bounded."""
+    """Output objects cut into pieces of at most CHUNK_RECORDS records (gensort) or of whole row
+    groups (Parquet), in output order, so a function's memory stays bounded."""
     pieces = []
     for o in objects:
         where = f"{store.url}/{o.key}"
         if detect_format(o.key) == "parquet":
-            pieces.append(Piece(o.key, "parquet", 0, -1))
+            pieces += row_group_pieces(store, o.key, o.size, CHUNK_RECORDS)
             continue
         if o.size % RECORD_SIZE:
             raise InputError(f"{where}: size {o.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size")

@@ -38,6 +38,7 @@ class Piece:
     start: int
     stop: int
     first_row: int = 0  # global row position of row ``start`` (filled in after sampling)
+    row_groups: tuple[int, int] | None = None  # Parquet: only row groups [a, b) (bounded memory)
 
 
 def input_format(objects: list[ObjectInfo]) -> str:
@@ -145,6 +146,8 @@ def read_parquet_keys(store: Store, key: str) -> np.ndarray:
 def read_piece(store: Store, piece: Piece) -> np.ndarray:
     """The records of one piece; checks it still has the rows sampling saw."""
     where = f"{store.url}/{piece.key}"
+    if piece.fmt == "parquet" and piece.row_groups is not None:
+        return _read_row_groups(store, piece, where)
     if piece.fmt == "gensort":
         buf = store.get_range(piece.key, piece.start * RECORD_SIZE, piece.stop * RECORD_SIZE)
     else:
@@ -180,3 +183,36 @@ def partition_records(records: np.ndarray, first_row: int, split: tuple[np.ndarr
     a, b = partition.composite_keys(hi, lo, first_row)
     order, bounds = partition.group_by_partition(partition.assign(a, b, *split), buckets)
     return take(records, order), bounds
+
+
+def _read_row_groups(store: Store, piece: Piece, where: str) -> np.ndarray:
+    """The records of row groups [a, b) of a Parquet object (ranged reads of just those)."""
+    from croupier.ops.formats import records_from_table
+
+    a, b = piece.row_groups or (0, 0)
+    try:
+        parquet = pq.ParquetFile(RangeFile(store, piece.key), buffer_size=8 << 20)
+        table = parquet.read_row_groups(list(range(a, b)), columns=["key", "payload"], use_threads=False)
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise InputError(f"{where}: not a readable TeraSort Parquet file ({exc}); is it truncated or corrupt?") from exc
+    return records_from_table(table, where)
+
+
+def row_group_pieces(store: Store, key: str, size: int, max_rows: int) -> list[Piece]:
+    """A Parquet object cut into pieces of whole row groups of at most ``max_rows`` rows each (one
+    row group may exceed it), from its footer."""
+    where = f"{store.url}/{key}"
+    try:
+        meta = pq.read_metadata(RangeFile(store, key, size))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{where}: not a readable Parquet file ({exc}); is it truncated or corrupt?") from exc
+    pieces: list[Piece] = []
+    first, rows = 0, 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        if rows and rows + n > max_rows:
+            pieces.append(Piece(key, "parquet", 0, -1, 0, (first, g)))
+            first, rows = g, 0
+        rows += n
+    pieces.append(Piece(key, "parquet", 0, -1, 0, (first, meta.num_row_groups)))
+    return pieces
