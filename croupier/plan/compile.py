@@ -139,9 +139,9 @@ class Compiler:
         if pipe.single:
             pipe.ops += ([lowered.partial] if lowered.partial else []) + list(lowered.final)
             return pipe
-        if lowered.partial is not None:
-            pipe.ops.append(lowered.partial)
         keys = node.key_names()
+        if lowered.partial is not None:
+            pipe.ops.append(replace(lowered.partial, adaptive=bool(keys)))
         what = "partial-agg" if lowered.partial else "pre-agg"
         if keys:
             stage = self.stage(pipe, ExchangeSink(HashPartitioning(keys)), what)
