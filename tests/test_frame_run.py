@@ -362,3 +362,17 @@ def test_terasort_through_the_frame_api_is_byte_identical_to_croupier_sort(tmp_p
     got = cf.scan_parquet(tmp_path / "b", config=config).collect()
     want = cf.scan_gensort(inp, config=config).collect().sort("key", maintain_order=True)
     assert got.equals(want)
+
+
+def test_eager_consumers_serve_query_stages(data: dict[str, Path], config: Config) -> None:
+    """With the plain direct algorithm forced, a group-by's consumers start once a share of its
+    producers finished (one executor call for both), and the answer is unchanged."""
+    cfg = config.with_(reducers="eager", algorithm="direct")
+    q = _facts(data, cfg).group_by("k").agg(col("q").sum().alias("q"), count().alias("n")).sort("k")
+    _same(q, "SELECT k, sum(q) AS q, count(*) AS n FROM facts GROUP BY k ORDER BY k", data)
+    assert q.last_run is not None and q.last_run.report is not None
+    stages = {s.name: s for s in q.last_run.report.stages}
+    producer = next(n for n in stages if n.endswith("partial-agg"))
+    consumer = next(e["consumer"] for e in q.last_run.report.exchanges if e["producer"] == producer)
+    assert stages[producer].wall_seconds == stages[consumer].wall_seconds  # one executor call
+    assert "eager consumers start" in q.last_run.describe()

@@ -306,6 +306,7 @@ class DagRunner:
             bound = self._bound(p_out, Decision(plan, f"{plan.describe()}; eager consumers start after {self.config.eager_after:.0%} of the producers"))
             mains = [replace(self._exchange_read(bound, j), wait=self.config.task_timeout) for j in range(plan.workers)]
             out.tasks = len(mains)
+            self._producer_plan(stage, {id(producer): p_out}, out)
             out.notes.append(f"reads {producer.name}: {bound.decision.how}")
             self._record_exchange(stage, bound)
             gate = (tuple(t.id for t in p_tasks), self.config.eager_after)
@@ -330,12 +331,19 @@ class DagRunner:
 
     def _predict(self, *names: str) -> None:
         """Put the model's prediction, from what each stage measured, beside its measured time."""
-        from croupier.model.stage import facts_from_report, predict_stage
+        from croupier.model.stage import facts_from_report, predict_stage, stage_cost
 
         profile = self.binder.profile()
         for name in names:
             report = self.run.report.stage(name)
-            report.predicted = predict_stage(facts_from_report(report), profile, self.config.concurrency).to_dict()
+            facts = facts_from_report(report)
+            prediction = predict_stage(facts, profile, self.config.concurrency)
+            busy = min(max(1, report.tasks), self.config.concurrency)
+            report.predicted = prediction.to_dict() | {
+                "cost": stage_cost(facts, prediction.seconds * busy, profile),
+                "measured_cost": stage_cost(facts, report.task_seconds, profile),
+                "profile": profile.name,
+            }
 
     @staticmethod
     def _fold(out: StageOutput, value: dict[str, Any]) -> None:

@@ -147,7 +147,8 @@ class QueryResult:
 
 def _stage_line(stage: Any) -> str:
     p = stage.predicted
-    return f"{stage.name:<24} measured {stage.wall_seconds:7.3f} s, predicted {p['seconds']:7.3f} s (dominant: {p['dominant']})"
+    cost = f"; ${p['measured_cost']:.6f} measured, ${p['cost']:.6f} predicted" if p.get("cost") or p.get("measured_cost") else ""
+    return f"{stage.name:<24} measured {stage.wall_seconds:7.3f} s, predicted {p['seconds']:7.3f} s (dominant: {p['dominant']}){cost}"
 
 
 class GroupBy:

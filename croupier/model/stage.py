@@ -110,3 +110,16 @@ def facts_from_report(stage: Any) -> StageFacts:
         io.requests("PUT"),
         float(io.bytes_written),
     )
+
+
+def stage_cost(facts: StageFacts, function_seconds: float, profile: StorageProfile) -> float:
+    """USD of a stage (SEER Eq. 4, reads and writes priced apart): function GB-seconds and
+    invocations, plus read and write requests, at the profile's prices."""
+    prices = profile.prices
+    gb = profile.function_memory / 2**30
+    return (
+        prices.function_gb_second * function_seconds * gb
+        + prices.invocation * facts.tasks
+        + prices.read_request * facts.reads
+        + prices.write_request * facts.writes
+    )

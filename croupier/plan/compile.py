@@ -144,7 +144,10 @@ class Compiler:
             pipe.ops.append(replace(lowered.partial, adaptive=bool(keys)))
         what = "partial-agg" if lowered.partial else "pre-agg"
         if keys:
-            stage = self.stage(pipe, ExchangeSink(HashPartitioning(keys)), what)
+            # eager consumers need a plan bound before the producers run, plain and direct: the
+            # forced algorithm "direct" gives exactly that
+            eager = self.config.reducers == "eager" and self.config.algorithm == "direct"
+            stage = self.stage(pipe, ExchangeSink(HashPartitioning(keys), eager=eager), what)
             return Pipeline(ExchangeInput(stage, "partition"), list(lowered.final))
         stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), what)
         return Pipeline(ExchangeInput(stage, "all"), list(lowered.final))
