@@ -28,7 +28,7 @@ from croupier.dag.scan import ScanSpec, Split, read_split
 from croupier.dag.stage import HashPartitioning, Partitioning, RangePartitioning, RecordsRangePartitioning
 from croupier.exchange import move
 from croupier.exchange.broadcast import BroadcastPlan
-from croupier.exchange.move import Fetch, Written
+from croupier.exchange.move import Fetch
 from croupier.exchange.segments import ordered
 from croupier.exchange.plan import ExchangePlan
 from croupier.expr import Expr

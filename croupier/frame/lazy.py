@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import posixpath
 import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence

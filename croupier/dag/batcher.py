@@ -1,0 +1,73 @@
+"""Merging executor calls: stages that become ready together share one batch of functions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from croupier.compute.base import Task, TaskResult
+from croupier.dag.run import Run
+
+
+class Batcher:
+    """Merges executor calls made at about the same time from several stage threads into one."""
+
+    LINGER = 0.005
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._cond = threading.Condition()
+        self._queue: list[dict[str, Any]] = []
+        self._busy = False
+
+    def map(self, name: str, tasks: list[Task]) -> list[TaskResult]:
+        """Run one stage's tasks; return their results in order."""
+        return self.map_many([(name, tasks)])[0]
+
+    def map_many(self, parts: list[tuple[str, list[Task]]]) -> list[list[TaskResult]]:
+        """Run several stages' tasks in one executor call (each reported as its own stage)."""
+        request: dict[str, Any] = {"parts": parts, "done": False}
+        with self._cond:
+            self._queue.append(request)
+            while not request["done"]:
+                if not self._busy:
+                    self._busy = True
+                    break
+                self._cond.wait()
+            else:
+                return self._outcome(request)
+        try:
+            time.sleep(self.LINGER)
+            with self._cond:
+                batch, self._queue = self._queue, []
+            self._run_batch(batch)
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+        return self._outcome(request)
+
+    @staticmethod
+    def _outcome(request: dict[str, Any]) -> list[list[TaskResult]]:
+        if "error" in request:
+            raise request["error"]
+        return request["results"]  # type: ignore[no-any-return]
+
+    def _run_batch(self, batch: list[dict[str, Any]]) -> None:
+        tasks = [t for r in batch for _, part in r["parts"] for t in part]
+        started = time.perf_counter()
+        try:
+            results = {r.task_id: r for r in self._run.executor.map(tasks, self._run.config)}
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting stage
+            for r in batch:
+                r["error"], r["done"] = exc, True
+            return
+        wall = time.perf_counter() - started
+        for r in batch:
+            r["results"] = []
+            for name, part in r["parts"]:
+                got = [results[t.id] for t in part]
+                r["results"].append(got)
+                self._run.record(name, got, wall)
+            r["done"] = True

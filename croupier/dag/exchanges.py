@@ -1,0 +1,236 @@
+"""The exchange inputs of a consumer stage: binding each (by the selector), running its levels
+2..k, and handing every task its fetch list; and the plan a producer stage writes level 1 with.
+
+::
+
+    consumer stage ──reads──> bind (late | early | broadcast) ──> levels 2..k ──> fetch lists per task
+    producer stage ──writes─> level-1 plan: fine buckets (late), the early plan, or one bucket
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any, Callable
+
+from croupier.compute.base import Task
+from croupier.config import Config
+from croupier.dag.batcher import Batcher
+from croupier.dag.binding import Binder, Decision
+from croupier.dag.outputs import Bound, StageOutput, buckets_of
+from croupier.dag.run import Run
+from croupier.dag.splits import ScanPlanner
+from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource
+from croupier.dag.task import ExchangeRead, ScanRead, run_level
+from croupier.errors import ConfigError
+from croupier.exchange import move
+from croupier.exchange.move import Fetch, Written
+from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.topology import Topology
+from croupier.units import format_bytes
+
+
+class Exchanges:
+    """Exchange binding for one run (see the module docstring).
+
+    State:
+        binder:   the selector's decisions (one profile per run)
+        scans:    split planning of the run's scans
+        predict:  called with a level stage's name once it ran (the model's prediction for the report)
+    """
+
+    def __init__(self, run: Run, tmp_url: str, binder: Binder, batcher: Batcher, scans: ScanPlanner, predict: Callable[[str], None]) -> None:
+        self.run = run
+        self.config: Config = run.config
+        self.tmp_url = tmp_url
+        self.binder = binder
+        self.scans = scans
+        self._batcher = batcher
+        self._predict = predict
+        self._lock = threading.Lock()
+        encoding = self.config.shuffle_encoding(tmp_url)
+        self.records_format = encoding
+        # "raw" is the records' own bytes; query rows travel as uncompressed Arrow instead
+        self.frames_format = "arrow" if encoding == "raw" else encoding
+
+    def format_of(self, rep: str) -> str:
+        """The chunk codec of a representation ("records" or "frames")."""
+        return self.records_format if rep == "records" else self.frames_format
+
+    def reads(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> tuple[list[Any], list[dict[str, ExchangeRead]]]:
+        """Per task: the main read and the side reads."""
+        source = stage.source
+        partitioned: dict[str, Bound] = {}
+        if isinstance(source, ScanSource):
+            file_schema = self.scans.file_schema(source)
+            splits, counts = self.scans.splits(source.spec)
+            out.scan = counts
+            mains: list[Any] = [ScanRead(source.spec, s, file_schema) for s in splits]
+        elif isinstance(source, TaskSource):
+            mains = list(source.reads)
+        else:
+            producer = inputs[id(source.stage)]
+            if source.read == "partition":
+                partitioned = self.bind_partitioned(stage, inputs, out)
+                bound = partitioned[""]
+                mains = [self.exchange_read(bound, j) for j in range(bound.decision.workers)]
+            elif source.read == "all":
+                bound = self.bind_broadcast(producer, 1, out)
+                mains = [self.exchange_read(bound, 0)]
+            else:
+                mains = [self.forward_read(producer, i) for i in range(producer.tasks)]
+        n = len(mains)
+        sides: list[dict[str, ExchangeRead]] = [{} for _ in range(n)]
+        for name, side in stage.sides.items():
+            if side.read == "partition":
+                bound = partitioned.get(name) or self.missing_partition(stage, name)
+            elif side.read == "all":
+                bound = self.bind_broadcast(inputs[id(side.stage)], n, out)
+            else:
+                raise ConfigError(f"stage {stage.name!r}: a side input cannot be read 'forward'")
+            for j in range(n):
+                sides[j][name] = self.exchange_read(bound, j)
+        return mains, sides
+
+    @staticmethod
+    def missing_partition(stage: Stage, name: str) -> Bound:
+        raise ConfigError(f"stage {stage.name!r}: side {name!r} is read partition-wise but the main input is not")
+
+    def exchange_read(self, bound: Bound, consumer: int) -> ExchangeRead:
+        producer = bound.producer
+        fmt = self.format_of(producer.stage.rep)
+        schema = dict(producer.schema) if producer.schema is not None else None
+        return ExchangeRead(self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+
+    def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
+        fmt = self.format_of(producer.stage.rep)
+        schema = dict(producer.schema) if producer.schema is not None else None
+        fetch = Fetch(f"{producer.prefix}l0/s{index:05d}")
+        return ExchangeRead(self.tmp_url, (fetch,), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+
+    def bind_partitioned(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> dict[str, Bound]:
+        """Bind the main input and the co-partitioned side inputs with one P."""
+        assert isinstance(stage.source, ExchangeInput)
+        named = {"": inputs[id(stage.source.stage)]}
+        named.update({k: inputs[id(v.stage)] for k, v in stage.sides.items() if v.read == "partition"})
+        main = named[""]
+        total = sum(o.bytes for o in named.values())
+        if main.early:
+            assert isinstance(main.plan, ExchangePlan)
+            template = Decision(main.plan, f"{main.plan.describe()} (bound before the producers ran)")
+        elif stage.workers:
+            template = self.binder.fixed(stage.workers, main.tasks, buckets_of(main))
+        else:
+            template = self.binder.late(total, main.tasks, buckets_of(main))
+        bound = {}
+        for name, producer in named.items():
+            plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine, producer.tasks, buckets_of(producer))
+            assert isinstance(plan, ExchangePlan)
+            if plan.workers != template.workers:
+                raise ConfigError(f"stage {stage.name!r}: inputs partitioned {plan.workers} and {template.workers} ways cannot be joined partition-wise")
+            bound[name] = self.bound(producer, replace(template, plan=plan))
+        self.run_levels(stage, list(bound.values()))
+        for b in bound.values():
+            out.notes.append(f"reads {b.producer.stage.name}: {format_bytes(b.producer.bytes)} -> {b.decision.how}")
+            self.record_exchange(stage, b)
+        return bound
+
+    def bind_broadcast(self, producer: StageOutput, consumers: int, out: StageOutput) -> Bound:
+        decision = self.binder.broadcast(producer.bytes, producer.tasks, consumers)
+        bound = self.bound(producer, decision)
+        self.run_levels(out.stage, [bound])
+        out.notes.append(f"reads {producer.stage.name}: {decision.how}")
+        self.record_exchange(out.stage, bound)
+        return bound
+
+    def bound(self, producer: StageOutput, decision: Decision) -> Bound:
+        with self._lock:
+            producer.bindings += 1
+            prefix = f"{producer.prefix}x{producer.bindings}/"
+        return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
+
+    def run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
+        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side)."""
+        deepest = max(b.decision.plan.levels for b in bounds)
+        for level in range(1, deepest):
+            tasks: list[Task] = []
+            owners: list[tuple[Bound, int]] = []
+            for b in bounds:
+                plan = b.decision.plan
+                if level >= plan.levels:
+                    continue
+                wait = self.config.request_timeout
+                for w in range(plan.workers):
+                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix))
+                    inputs = tuple(f.as_input(self.tmp_url) for f in fetches) if self.config.prefetch else ()
+                    args = (self.tmp_url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
+                    tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
+                    owners.append((b, w))
+            results = self._batcher.map(f"{stage.name} level {level + 1}", tasks)
+            self._predict(f"{stage.name} level {level + 1}")
+            fresh: dict[int, list[Written]] = {}
+            for (b, w), result in zip(owners, results):
+                fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
+            for b in bounds:
+                if id(b) in fresh:
+                    b.written, b.last_prefix = fresh[id(b)], b.prefix
+
+    def record_exchange(self, consumer: Stage, bound: Bound) -> None:
+        """Keep the binding (with the candidates the selector compared) for the run report."""
+        decision = bound.decision
+        entry: dict[str, Any] = {
+            "producer": bound.producer.stage.name,
+            "consumer": consumer.name,
+            "bytes": bound.producer.bytes,
+            "producers": bound.producer.tasks,
+            "plan": decision.plan.name,
+            "workers": decision.workers,
+            "how": decision.how,
+            "predicted_requests": decision.plan.predicted_requests(),
+        }
+        if decision.choice is not None:
+            ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
+            entry["predicted_seconds"] = decision.choice.best.seconds
+            entry["candidates"] = [{"plan": c.plan.name, "workers": c.workers, "seconds": round(c.seconds, 4), "cost": c.cost, "dominant": c.dominant().name} for c in ranked]
+        with self._lock:
+            self.run.report.exchanges.append(entry)
+
+    def producer_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
+        """The plan this stage's tasks write level 1 with (exchange sinks only)."""
+        sink = stage.sink
+        if not isinstance(sink, ExchangeSink):
+            return
+        n = max(1, out.tasks)
+        if sink.plan is not None:
+            out.plan, out.early = replace(sink.plan, senders=n), True
+            return
+        if isinstance(sink.partitioning, SinglePartitioning):
+            out.plan = ExchangePlan(Topology((1,)), True, n, 1)
+            return
+        if self.binder.needs_early() and isinstance(sink.partitioning, HashPartitioning):
+            estimate = self.input_bytes(stage, inputs, out)
+            decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)")
+            out.plan, out.early = decision.plan, True
+            out.notes.append(f"writes: {decision.how}")
+            return
+        buckets = self.binder.fine_buckets()
+        out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
+
+    def input_bytes(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> int:
+        """Bytes a stage reads: scan bytes needed, or its inputs' exchange bytes."""
+        if isinstance(stage.source, ScanSource):
+            splits, counts = self.scans.splits(stage.source.spec)
+            return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)
+        return sum(o.bytes for o in inputs.values())
+
+    def measure_exchanges(self) -> None:
+        """Fill in ``measured_requests`` of every exchange of the report (by its channel)."""
+        totals: dict[str, dict[str, int]] = {}
+        for stage in self.run.report.stages:
+            for channel, stats in stage.channels.items():
+                got = totals.setdefault(channel, {})
+                for kind in ("PUT", "GET", "GET_RANGE"):
+                    got[kind] = got.get(kind, 0) + stats.requests(kind)
+        for entry in self.run.report.exchanges:
+            entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
+
