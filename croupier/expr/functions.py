@@ -31,6 +31,7 @@ class Function:
     kind: str
     build: Callable[..., pl.Expr]
     method: bool = True  # printed as operand.fn(args) (else fn(operands, args))
+    variadic: bool = False  # build takes the list of operands, then the constant arguments
 
 
 def like_regex(pattern: str, case_insensitive: bool = False) -> str:
@@ -63,9 +64,9 @@ FUNCTIONS: dict[str, Function] = {
     "is_nan": Function(ROW, lambda e: e.is_nan()),
     "fill_null": Function(ROW, lambda e, v: e.fill_null(v)),
     "fill_nan": Function(ROW, lambda e, v: e.fill_nan(v)),
-    "coalesce": Function(ROW, lambda *es: pl.coalesce(*es), method=False),
-    "max_horizontal": Function(ROW, lambda *es: pl.max_horizontal(*es), method=False),
-    "min_horizontal": Function(ROW, lambda *es: pl.min_horizontal(*es), method=False),
+    "coalesce": Function(ROW, lambda es: pl.coalesce(es), method=False, variadic=True),
+    "max_horizontal": Function(ROW, lambda es: pl.max_horizontal(es), method=False, variadic=True),
+    "min_horizontal": Function(ROW, lambda es: pl.min_horizontal(es), method=False, variadic=True),
     # strings
     "contains": Function(ROW, lambda e, s, literal: e.str.contains(s, literal=literal)),
     "starts_with": Function(ROW, lambda e, s: e.str.starts_with(s)),
@@ -82,7 +83,8 @@ FUNCTIONS: dict[str, Function] = {
     "replace_all": Function(ROW, lambda e, old, new, literal=True: e.str.replace_all(old, new, literal=literal)),
     "reverse": Function(ROW, lambda e: e.str.reverse()),
     "find": Function(ROW, lambda e, s: e.str.find(s, literal=True)),
-    "concat_str": Function(ROW, lambda *es, separator="", ignore_nulls=False: pl.concat_str(list(es), separator=separator, ignore_nulls=ignore_nulls), method=False),
+    "struct": Function(ROW, lambda es: pl.struct(es), method=False, variadic=True),
+    "concat_str": Function(ROW, lambda es, separator="", ignore_nulls=False: pl.concat_str(es, separator=separator, ignore_nulls=ignore_nulls), method=False, variadic=True),
     # dates
     "year": Function(ROW, lambda e: e.dt.year()),
     "month": Function(ROW, lambda e: e.dt.month()),
@@ -101,6 +103,7 @@ FUNCTIONS: dict[str, Function] = {
     "cum_count": Function(WINDOW, lambda e, reverse=False: e.cum_count(reverse=reverse)),
     "cum_min": Function(WINDOW, lambda e, reverse=False: e.cum_min(reverse=reverse)),
     "cum_max": Function(WINDOW, lambda e, reverse=False: e.cum_max(reverse=reverse)),
+    "forward_fill": Function(WINDOW, lambda e: e.forward_fill()),
     "shift": Function(WINDOW, lambda e, n, fill=None: e.shift(n, fill_value=fill)),
     "int_range": Function(WINDOW, _int_range, method=False),
 }

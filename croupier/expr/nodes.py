@@ -211,6 +211,10 @@ class Expr:
     def cum_min(self, reverse: bool = False) -> Expr: return self._fn("cum_min", reverse)
     def cum_max(self, reverse: bool = False) -> Expr: return self._fn("cum_max", reverse)
 
+    def forward_fill(self) -> Expr:
+        """Nulls replaced by the last non-null value before them."""
+        return self._fn("forward_fill")
+
     def shift(self, n: int = 1, fill_value: Any = None) -> Expr:
         """The value ``n`` rows earlier (later when negative): SQL's lag/lead."""
         return self._fn("shift", n, fill_value)
@@ -447,7 +451,9 @@ class Func(Expr):
         return not self.is_window_function() and super().is_scalar()
 
     def to_polars(self) -> pl.Expr:
-        return FUNCTIONS[self.fn].build(*[o.to_polars() for o in self.operands], *self.args)
+        spec = FUNCTIONS[self.fn]
+        operands = [o.to_polars() for o in self.operands]
+        return spec.build(operands, *self.args) if spec.variadic else spec.build(*operands, *self.args)
 
     def show(self) -> str:
         args = ", ".join(repr(a) for a in self.args)
