@@ -34,7 +34,7 @@ from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitionin
 from croupier.errors import ConfigError
 from croupier.expr import Col, Expr, count, wrap
 from croupier.frame.reference import to_polars
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, walk
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, mark_shared, walk
 from croupier.plan.optimize import optimize
 from croupier.dag.run import Run
 from croupier.plan.compile import Compiler, finish
@@ -298,10 +298,10 @@ class LazyFrame:
         time and shown as such. With ``analyze=True`` the query runs and the stages actually run
         are shown with P, how the selector chose it, and the join/sort decisions.
         """
-        parts = ["logical plan:", self._node.tree(1)]
+        parts = ["logical plan:", mark_shared(self._node).tree(1)]
         plan = self.optimized_plan()
         if optimized:
-            parts += ["optimized plan:", plan.tree(1)]
+            parts += ["optimized plan (core nodes; '#n' marks a node read by several parents, computed once):", mark_shared(plan).tree(1)]
         if analyze:
             self.collect(executor=executor)
             assert self.last_run is not None

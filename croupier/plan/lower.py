@@ -152,8 +152,9 @@ class _Lowering:
         rewritten = _renamed(tuple(extract(e, lambda x: isinstance(x, Agg), name_for) for e in exprs), [_name(e) for e in exprs])
         aggs = tuple(e.alias(name) for name, e in parts.values()) or (Agg("len", None).alias(self.hidden(node.schema)),)
         one_row = Aggregate(node, (), aggs)
-        if any(_needs_lowering(e) for e in rewritten):
-            return self.project(one_row, rewritten, "select", pl.Schema())
+        if any(_needs_lowering(e) for e in rewritten):  # scalar subqueries: joined onto the one row
+            node, rewritten = self.expressions(one_row, rewritten)
+            return Project(node, rewritten, "select")
         return Project(one_row, rewritten, "select")
 
     def filter(self, node: Node, predicate: Expr) -> Node:
