@@ -299,7 +299,8 @@ class _Lowering:
         names = list(n.schema)
         left, right = n.left, n.right
         if not n.distinct:
-            left, right = self.number_copies(left), self.number_copies(right)
+            copy = self.hidden(left.schema)
+            left, right = self.number_copies(left, copy), self.number_copies(right, copy)
         cols = list(left.schema)
         tag = self.hidden(left.schema)
         tagged = Union(tuple(Project(side, tuple(Col(c) for c in cols) + (Lit(i, pl.Int8).alias(tag),), "select") for i, side in ((1, left), (2, right))))
@@ -308,9 +309,8 @@ class _Lowering:
         keep = ((Col(lo) == 1) & (Col(hi) == 2)) if n.kind == "intersect" else (Col(hi) == 1)
         return Project(Filter(grouped, keep), tuple(Col(c) for c in names), "select")
 
-    def number_copies(self, node: Node) -> Node:
-        """``node`` plus a column numbering the copies of each distinct row 1, 2, ..."""
-        name = self.hidden(node.schema)
+    def number_copies(self, node: Node, name: str) -> Node:
+        """``node`` plus a column ``name`` numbering the copies of each distinct row 1, 2, ..."""
         return Window(node, tuple(node.schema), (), False, False, (int_range(1, Agg("len", None) + 1).alias(name),))
 
     def grouping_sets(self, n: GroupingSets) -> Node:

@@ -5,8 +5,8 @@ Where DuckDB and Polars differ, the translation follows DuckDB:
 * ``sum`` of no non-null value is NULL (Polars: 0); sums of integers are Int64; ``count`` is
   Int64; ``count(DISTINCT x)`` ignores NULL; ``avg`` and ``stddev_samp`` are Float64.
 * ``a // b`` and ``a % b`` truncate toward zero (Polars floors); ``round`` rounds half away from zero.
-* ``CAST(x AS DECIMAL(p, s))`` rounds to s places (Croupier computes decimals as Float64);
-  ``CAST(<float> AS INTEGER)`` rounds (Polars truncates).
+* ``CAST(x AS DECIMAL(p, s))`` rounds half away from zero to s places (Croupier computes
+  decimals as Float64); ``CAST(<float> AS INTEGER)`` rounds half to even (Polars truncates).
 * ``DATE + INTERVAL`` is a TIMESTAMP; ``DATE + <integer>`` adds days; ``DATE - DATE`` is days.
 * ``a || b`` is NULL when either is NULL; ``concat(a, b)`` skips NULLs.
 * ``rank()`` and ``row_number()`` rank NULL order keys (last by default) instead of leaving them
@@ -118,19 +118,19 @@ class ExprTranslator:
         return left, right
 
     def arith(self, e: exp.Binary) -> Expr:
-        left, right = self(e.left), self(e.right)
         op = _ARITH[type(e)]
+        interval = e.right if isinstance(e.right, exp.Interval) else e.left if isinstance(e.left, exp.Interval) and op == "+" else None
+        if interval is not None:
+            date = self(e.left if interval is e.right else e.right)
+            return self._add_interval(date, interval, -1 if op == "-" else 1)
+        left, right = self(e.left), self(e.right)
         if op in ("+", "-"):
-            dated = self._date_arith(op, left, right, e)
+            dated = self._date_arith(op, left, right)
             if dated is not None:
                 return dated
         return left._bin(op, right)
 
-    def _date_arith(self, op: str, left: Expr, right: Expr, e: exp.Binary) -> Expr | None:
-        interval = e.right if isinstance(e.right, exp.Interval) else e.left if isinstance(e.left, exp.Interval) and op == "+" else None
-        if interval is not None:
-            date = left if interval is e.right else right
-            return self._add_interval(date, interval, -1 if op == "-" else 1)
+    def _date_arith(self, op: str, left: Expr, right: Expr) -> Expr | None:
         ltype, rtype = self.dtype(left), self.dtype(right)
         if ltype == pl.Date and is_integer(rtype):
             days = right.cast(pl.Int64) * Lit(dt.timedelta(days=1))
@@ -229,8 +229,8 @@ class ExprTranslator:
         scale = decimal_scale(e.to)
         if scale is not None:
             return x.cast(pl.Float64, strict).round(scale, "half_away_from_zero")
-        if is_integer(target) and source.is_float():
-            return x.round(0, "half_away_from_zero").cast(target, strict)
+        if is_integer(target) and source.is_float():  # DuckDB rounds half to even here
+            return x.round(0).cast(target, strict)
         return x.cast(target, strict)
 
     def round_(self, e: exp.Round) -> Expr:

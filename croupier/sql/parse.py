@@ -91,6 +91,7 @@ def parse(text: str, schemas: dict[str, pl.Schema]) -> Parsed:
         raise ConfigError(f"SQL does not parse: {exc}") from exc
     if not isinstance(original, (exp.Select, exp.SetOperation, exp.Subquery)):
         raise ConfigError(f"SQL must be a query (SELECT ...), got {type(original).__name__}")
+    _check_tables(original, schemas)
     schema = {name: {column: sql_type(dtype) for column, dtype in s.items()} for name, s in schemas.items()}
     names = output_names(original, schemas, text)
     try:
@@ -98,6 +99,14 @@ def parse(text: str, schemas: dict[str, pl.Schema]) -> Parsed:
     except SqlglotError as exc:
         raise ConfigError(f"SQL: {exc}") from exc
     return Parsed(tree, names, declared_case(original, schemas))
+
+
+def _check_tables(tree: exp.Expr, schemas: dict[str, pl.Schema]) -> None:
+    """Raise a clear error for a table that is neither given nor a CTE."""
+    known = {name.lower() for name in schemas} | {cte.alias.lower() for cte in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        if table.name.lower() not in known:
+            raise ConfigError(f"SQL: unknown table {table.name}; tables given: {sorted(schemas)} (pass it in tables={{...}} or --table NAME=URL)")
 
 
 # --- DuckDB's names for result columns -----------------------------------------------------------
