@@ -57,8 +57,8 @@ def run_one(kind: str, number: int, paths: dict[str, Path], engine: str, partial
     try:
         frame = croupier.sql(query, {t: str(p) for t, p in paths.items()}, config=config)
         got = frame.to_polars(partials=partials).collect() if engine == "polars" else frame.collect()
-    except CroupierError as exc:
-        return "ERROR", f"{type(exc).__name__}: {str(exc)[:300]}"
+    except (CroupierError, pl.exceptions.PolarsError, ValueError) as exc:  # reported per query; the run goes on
+        return "ERROR", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     seconds = time.perf_counter() - started
     ordered = sqlglot.parse_one(query, dialect="duckdb").args.get("order") is not None
     problems = differences(got, expected, ordered=ordered)

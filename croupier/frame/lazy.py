@@ -301,7 +301,9 @@ class LazyFrame:
         parts = ["logical plan:", mark_shared(self._node).tree(1)]
         plan = self.optimized_plan()
         if optimized:
-            parts += ["optimized plan (core nodes; '#n' marks a node read by several parents, computed once):", mark_shared(plan).tree(1)]
+            parts += ["optimized plan:", mark_shared(plan).tree(1)]
+            if "<shared #" in parts[-1]:
+                parts.append("  (#n: a node read by several parents, computed once)")
         if analyze:
             self.collect(executor=executor)
             assert self.last_run is not None

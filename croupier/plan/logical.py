@@ -323,8 +323,11 @@ class Sort(Node):
     def __post_init__(self) -> None:
         if len(self.descending) != len(self.by):
             raise ConfigError(f"sort got {len(self.by)} keys but {len(self.descending)} descending flags")
-        if isinstance(self.nulls_last, tuple) and len(self.nulls_last) != len(self.by):
-            raise ConfigError(f"sort got {len(self.by)} keys but {len(self.nulls_last)} nulls_last flags")
+        if isinstance(self.nulls_last, tuple):
+            if len(self.nulls_last) != len(self.by):
+                raise ConfigError(f"sort got {len(self.by)} keys but {len(self.nulls_last)} nulls_last flags")
+            if len(set(self.nulls_last)) == 1:  # one flag for all keys: kept as a plain bool
+                self.nulls_last = self.nulls_last[0]
         _check_columns("sort", self.by, self.input.schema)
         by = polars_exprs(self.by)
         self.schema = infer("sort", lambda: empty(self.input.schema).sort(by, descending=list(self.descending), nulls_last=self.nulls_flags()))
