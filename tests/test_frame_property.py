@@ -181,7 +181,7 @@ def _sort(data: st.DataObject, p: Pair) -> Pair:
 def test_random_pipelines_answer_like_polars(rows: list[tuple], cuts: list[int], data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory(prefix="croupier-prop-") as tmp:
         facts = _write(Path(tmp), "facts", rows, cuts, FACTS)
-        dims_rows = [(k, f"L{k % 3}", k * 1.5) for k in range(0, 5)] + [(None, "Lnull", 0.0)]
+        dims_rows = [(k, f"L{k % 3}", k * 1.5) for k in range(5)] + [(None, "Lnull", 0.0)]
         dims_path = _write(Path(tmp), "dims", dims_rows, [2], DIMS)
         pair = Pair(cf.scan_parquet(facts, config=CONFIG), pl.scan_parquet(sorted(facts.glob("*.parquet"))))
         dims = Pair(cf.scan_parquet(dims_path, config=CONFIG), pl.scan_parquet(sorted(dims_path.glob("*.parquet"))))

@@ -54,7 +54,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "facts").mkdir()
     for i, n in enumerate((400, 0, 2500, 60)):
         _facts(i, n).write_parquet(root / "facts" / f"part-{i}.parquet", row_group_size=500)
-    dims = pl.DataFrame({"k": pl.Series([*range(0, 30), None], dtype=pl.Int32), "label": [f"L{i % 7}" for i in range(31)], "w": [float(i) for i in range(31)]})
+    dims = pl.DataFrame({"k": pl.Series([*range(30), None], dtype=pl.Int32), "label": [f"L{i % 7}" for i in range(31)], "w": [float(i) for i in range(31)]})
     dims.write_parquet(root / "dims.parquet")
     (root / "empty").mkdir()
     _facts(9, 0).write_parquet(root / "empty" / "part-0.parquet")

@@ -3,10 +3,23 @@
 See :mod:`croupier.frame.lazy` for an example.
 """
 
-from croupier.expr import Expr, coalesce, col, concat_str, count, int_range, len_, lit, max_horizontal, min_horizontal, scalar, when
+from croupier.expr import (
+    Expr,
+    coalesce,
+    col,
+    concat_str,
+    count,
+    int_range,
+    len_,
+    lit,
+    max_horizontal,
+    min_horizontal,
+    scalar,
+    when,
+)
 from croupier.frame.lazy import LazyFrame, QueryResult, concat, scan_csv, scan_gensort, scan_parquet
 
-len = len_  # noqa: A001 - Polars' name: pl.len()
+len = len_
 
 __all__ = [
     "Expr", "LazyFrame", "QueryResult", "coalesce", "col", "concat", "concat_str", "count", "int_range", "len", "lit",

@@ -45,7 +45,23 @@ from typing import Callable
 import polars as pl
 
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Col, Expr, Func, IsInFrame, Lit, Over, ScalarFrame, Unary, conjoin, conjuncts, extract, int_range, walk, when
+from croupier.expr import (
+    Agg,
+    Col,
+    Expr,
+    Func,
+    IsInFrame,
+    Lit,
+    Over,
+    ScalarFrame,
+    Unary,
+    conjoin,
+    conjuncts,
+    extract,
+    int_range,
+    walk,
+    when,
+)
 from croupier.plan.logical import (
     CORE_NODES,
     Aggregate,

@@ -21,7 +21,20 @@ from dataclasses import replace
 
 from croupier.errors import ConfigError
 from croupier.expr import Col, Expr, conjoin, conjuncts
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window, walk
+from croupier.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    Limit,
+    Node,
+    Project,
+    Scan,
+    Sort,
+    Union,
+    Window,
+    walk,
+)
 from croupier.plan.lower import lower
 from croupier.plan.partial import cheapest_column
 

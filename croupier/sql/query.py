@@ -31,7 +31,19 @@ from sqlglot.optimizer.scope import build_scope
 
 from croupier.errors import ConfigError
 from croupier.expr import Agg, Col, Expr, Lit, coalesce, conjoin, when
-from croupier.plan.logical import Aggregate, Distinct, Filter, GroupingSets, Join, Limit, Node, Project, SetOperation, Sort, Union
+from croupier.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    GroupingSets,
+    Join,
+    Limit,
+    Node,
+    Project,
+    SetOperation,
+    Sort,
+    Union,
+)
 from croupier.sql.exprs import ExprTranslator, sql_text
 from croupier.sql.parse import KEEP
 from croupier.sql.scope import Names, Relation, dtype_of, source, supertype
@@ -615,9 +627,7 @@ def _position(e: exp.Expr, keys: list[exp.Expr]) -> int:
 def _subqueries(e: exp.Expr) -> Iterator[exp.Expr]:
     """Subquery expressions of ``e`` (not inside other subqueries)."""
     for node in _walk_all(e):
-        if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query") is not None):
-            yield node
-        elif isinstance(node, exp.Anonymous) and node.name.upper() == KEEP:
+        if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query") is not None) or isinstance(node, exp.Anonymous) and node.name.upper() == KEEP:
             yield node
 
 
