@@ -1,4 +1,4 @@
-"""The ``croupier`` command: gensort, sort, valsort, and ``demo`` (the main job end to end)."""
+"""The ``croupier`` command: gensort, sort, valsort, sql, and ``demo`` (the main job end to end)."""
 
 from __future__ import annotations
 
@@ -328,6 +328,45 @@ def demo_cmd(ctx: click.Context, size: int, workdir: str, workers: int | None, k
     )
     if not result.ok:
         raise click.ClickException("validation FAILED: " + "; ".join(result.problems))
+
+
+@main.command("sql")
+@click.argument("query")
+@click.option("--table", "tables", multiple=True, metavar="NAME=URL", help="A table the query reads: Parquet (or .csv) files at URL (a file, a folder/prefix or a glob). Repeat for each table.")
+@click.option("--out", "out_url", default=None, help="Write the result as Parquet part files under this folder/prefix instead of printing it.")
+@click.option("--overwrite", is_flag=True, help="With --out: replace what the folder holds.")
+@click.option("--engine", type=click.Choice(["croupier", "polars"]), default="croupier", show_default=True, help="croupier: run on functions and storage; polars: the same plan in Polars on this machine (local files).")
+@click.option("--rows", type=int, default=50, show_default=True, help="Rows to print.")
+@click.option("--explain", "explain_only", is_flag=True, help="Print the plans instead of running.")
+@click.pass_context
+@_guard
+def sql_cmd(ctx: click.Context, query: str, tables: tuple[str, ...], out_url: str | None, overwrite: bool, engine: str, rows: int, explain_only: bool) -> None:
+    """Run the SQL QUERY (DuckDB's dialect; @FILE reads it from FILE) over --table NAME=URL ..."""
+    import polars as pl
+
+    from croupier.sql import sql
+
+    if query.startswith("@"):
+        query = Path(query[1:]).read_text()
+    sources = {}
+    for item in tables:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise click.UsageError(f"--table takes NAME=URL, got {item!r}")
+        sources[name] = url
+    frame = sql(query, sources, config=_config(ctx))
+    if explain_only:
+        click.echo(frame.explain())
+        return
+    if out_url is not None:
+        if engine != "croupier":
+            raise click.UsageError("--out runs on Croupier's engine; drop --engine polars")
+        files = frame.sink_parquet(out_url, overwrite=overwrite)
+        click.echo(f"wrote {len(files)} file(s) under {out_url}")
+        return
+    result = frame.collect() if engine == "croupier" else frame.to_polars().collect()
+    with pl.Config(tbl_rows=rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+        click.echo(result)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,16 @@ Tables = dict[str, LazyFrame]
 
 TPCH_TABLES = ("lineitem", "orders", "customer", "supplier", "nation", "region", "part", "partsupp")
 TPCDS_TABLES = ("store_returns", "date_dim", "store", "customer")
+#: Every table of each generator (what the SQL suites read).
+ALL_TABLES = {
+    "tpch": TPCH_TABLES,
+    "tpcds": (
+        "call_center", "catalog_page", "catalog_returns", "catalog_sales", "customer", "customer_address",
+        "customer_demographics", "date_dim", "household_demographics", "income_band", "inventory", "item",
+        "promotion", "reason", "ship_mode", "store", "store_returns", "store_sales", "time_dim", "warehouse",
+        "web_page", "web_returns", "web_sales", "web_site",
+    ),
+}  # fmt: skip
 
 
 def q1(t: Tables) -> LazyFrame:
@@ -197,12 +207,14 @@ def _connect(kind: str):  # type: ignore[no-untyped-def]
     return con
 
 
-def generate(kind: str, scale: float, folder: Path, row_group_rows: int = 100_000) -> dict[str, Path]:
-    """Generate the ``kind`` ("tpch"/"tpcds") tables at ``scale`` as Parquet under ``folder``.
+def generate(kind: str, scale: float, folder: Path, row_group_rows: int = 100_000, tables: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """Generate the ``kind`` ("tpch"/"tpcds") tables at ``scale`` as Parquet under ``folder``
+    (``tables``: which ones, default those the frame-API queries read; ``ALL_TABLES[kind]`` for all).
 
     Reuses files already there for the same scale (a ``.scale`` marker records it).
     """
-    tables = TPCH_TABLES if kind == "tpch" else TPCDS_TABLES
+    if tables is None:
+        tables = TPCH_TABLES if kind == "tpch" else TPCDS_TABLES
     folder.mkdir(parents=True, exist_ok=True)
     paths = {t: folder / f"{t}.parquet" for t in tables}
     marker = folder / ".scale"

@@ -3,7 +3,25 @@
 See :mod:`croupier.frame.lazy` for an example.
 """
 
-from croupier.expr import Expr, col, count, lit, when
-from croupier.frame.lazy import LazyFrame, QueryResult, scan_csv, scan_gensort, scan_parquet
+from croupier.expr import (
+    Expr,
+    coalesce,
+    col,
+    concat_str,
+    count,
+    int_range,
+    len_,
+    lit,
+    max_horizontal,
+    min_horizontal,
+    scalar,
+    when,
+)
+from croupier.frame.lazy import LazyFrame, QueryResult, concat, scan_csv, scan_gensort, scan_parquet
 
-__all__ = ["Expr", "LazyFrame", "QueryResult", "col", "count", "lit", "scan_csv", "scan_gensort", "scan_parquet", "when"]
+len = len_
+
+__all__ = [
+    "Expr", "LazyFrame", "QueryResult", "coalesce", "col", "concat", "concat_str", "count", "int_range", "len", "lit",
+    "max_horizontal", "min_horizontal", "scalar", "scan_csv", "scan_gensort", "scan_parquet", "when",
+]  # fmt: skip

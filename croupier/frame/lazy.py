@@ -31,8 +31,9 @@ from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
 from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, resolve
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.errors import ConfigError
-from croupier.expr import Col, Expr, wrap
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
+from croupier.expr import Col, Expr, count, wrap
+from croupier.frame.reference import to_polars
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, mark_shared, walk
 from croupier.plan.optimize import optimize
 from croupier.dag.run import Run
 from croupier.plan.compile import Compiler, finish, preview_exchanges
@@ -96,6 +97,16 @@ def scan_table(source: str | Path, config: Config | None = None) -> LazyFrame:
     return _scan(url, input_format(objects), config)
 
 
+def concat(frames: Iterable[LazyFrame], how: str = "vertical") -> LazyFrame:
+    """The rows of ``frames`` one after the other (equal schemas): Polars' ``pl.concat(how="vertical")``."""
+    frames = list(frames)
+    if how != "vertical":
+        raise ConfigError(f"concat supports how='vertical' only, got {how!r}")
+    if not frames:
+        raise ConfigError("concat needs at least one frame")
+    return frames[0]._with(Union(tuple(f._node for f in frames)))
+
+
 def _exprs(items: Iterable[Any]) -> tuple[Expr, ...]:
     out: list[Expr] = []
     for item in items:
@@ -151,19 +162,19 @@ def _stage_line(stage: Any) -> str:
 
 
 class GroupBy:
-    """``frame.group_by(keys)``: call ``.agg(...)``."""
+    """``frame.group_by(keys)``: call ``.agg(...)`` or ``.len()``."""
 
     def __init__(self, frame: LazyFrame, keys: tuple[Expr, ...]) -> None:
         self._frame, self._keys = frame, keys
 
     def agg(self, *aggs: Any) -> LazyFrame:
-        """Aggregations per group: sum, count, mean, min, max, n_unique, and count() for rows."""
+        """Aggregations per group (sum, count, mean, min, max, n_unique, std, var, median,
+        null_count, len), or expressions over them such as ``col("a").sum() / col("b").sum()``."""
         return self._frame._with(Aggregate(self._frame._node, self._keys, _exprs(aggs)))
 
-    def len(self, name: str = "len") -> LazyFrame:
-        from croupier.expr import count
-
-        return self.agg(count().alias(name))
+    def len(self, name: str | None = None) -> LazyFrame:
+        """Rows per group, in a column ``name`` (default "len"), as Polars' ``group_by().len()``."""
+        return self.agg(count().alias(name or "len"))
 
 
 class LazyFrame:
@@ -188,16 +199,20 @@ class LazyFrame:
 
     # --- transformations ---------------------------------------------------------------------
     def filter(self, *predicates: Any) -> LazyFrame:
-        """Keep rows where every predicate holds."""
+        """Keep rows where every predicate holds (a predicate may aggregate, use windows, or
+        test ``is_in(frame)``)."""
         node = self._node
         for p in _exprs(predicates):
             node = Filter(node, p)
         return self._with(node)
 
     def select(self, *exprs: Any) -> LazyFrame:
+        """Exactly these columns. As in Polars, aggregations alone give one row; mixed with
+        row-wise expressions they are repeated on every row."""
         return self._with(Project(self._node, _exprs(exprs), "select"))
 
     def with_columns(self, *exprs: Any) -> LazyFrame:
+        """Add or replace columns (an aggregation is repeated on every row)."""
         return self._with(Project(self._node, _exprs(exprs), "with_columns"))
 
     def group_by(self, *keys: Any) -> GroupBy:
@@ -211,25 +226,36 @@ class LazyFrame:
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
         suffix: str = "_right",
+        coalesce: bool | None = None,
     ) -> LazyFrame:
-        """Equi-join (inner, left, semi, anti) with ``other`` on one or several keys."""
+        """Join with ``other``: inner, left, right, full, semi, anti on one or several equal keys
+        (a null key matches nothing), or cross (no keys). ``coalesce`` merges the key columns as
+        Polars does (default: yes, except for full joins)."""
         left, right = _names(left_on or on), _names(right_on or on)
-        if not left:
-            raise ConfigError("join needs on=... or left_on=/right_on=")
-        return self._with(Join(self._node, other._node, left, right, how, suffix))
+        if how != "cross" and not left:
+            raise ConfigError("join needs on=... or left_on=/right_on= (or how='cross')")
+        return self._with(Join(self._node, other._node, left, right, how, suffix, coalesce))
 
-    def sort(self, by: Any, *more_by: Any, descending: bool | Sequence[bool] = False, nulls_last: bool = False) -> LazyFrame:
-        """Order by one or more keys, each ascending or descending (a list of flags)."""
+    def sort(self, by: Any, *more_by: Any, descending: bool | Sequence[bool] = False, nulls_last: bool | Sequence[bool] = False) -> LazyFrame:
+        """Order by one or more keys, each ascending or descending, nulls first or last (a flag,
+        or a list of flags, one per key)."""
         keys = _exprs([by, *more_by])
         flags = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
         if len(flags) != len(keys):
             raise ConfigError(f"sort got {len(keys)} keys but {len(flags)} descending flags")
-        return self._with(Sort(self._node, keys, tuple(flags), nulls_last))
+        nulls = nulls_last if isinstance(nulls_last, bool) else tuple(nulls_last)
+        return self._with(Sort(self._node, keys, tuple(flags), nulls))
 
     def head(self, n: int = 5) -> LazyFrame:
         return self._with(Limit(self._node, n))
 
     limit = head
+
+    def slice(self, offset: int, length: int | None = None) -> LazyFrame:
+        """``length`` rows (all when None) from row ``offset`` on."""
+        if offset < 0:
+            raise ConfigError("slice needs offset >= 0")
+        return self._with(Limit(self._node, length if length is not None else 2**63 - 1, offset))
 
     def top_k(self, k: int, by: Any, descending: bool | Sequence[bool] = True) -> LazyFrame:
         """The k rows with the largest ``by`` (smallest with ``descending=False``)."""
@@ -241,10 +267,25 @@ class LazyFrame:
 
     distinct = unique
 
-    def to_polars(self) -> pl.LazyFrame:
-        """The same query as a Polars LazyFrame on this machine (local files only): for debugging,
-        for small data, and as a peer in benchmarks."""
-        return _polars(self._node)
+    def len(self) -> LazyFrame:
+        """The number of rows, as a one-row frame with column "len" (UInt32): Polars'
+        ``select(pl.len())`` (Polars' LazyFrame has no ``len``)."""
+        return self.select(count())
+
+    def count(self) -> LazyFrame:
+        """Non-null values per column, one row: Polars' ``LazyFrame.count()``."""
+        return self.select(*[Col(c).count() for c in self.columns])
+
+    def to_polars(self, optimized: bool = True, partials: int = 0) -> pl.LazyFrame:
+        """The same query as a Polars LazyFrame on this machine (local files only).
+
+        This is the reference meaning of the plan (:mod:`croupier.frame.reference`). By default
+        the optimised plan is translated (rewritten into the core nodes the engine runs, with
+        pushdowns), so it checks the rewrites; ``optimized=False`` translates the plan as written.
+        ``partials`` > 0 runs every aggregation as partial steps over that many chunks then a
+        final step, as the stages do.
+        """
+        return to_polars(self.optimized_plan() if optimized else self._node, partials)
 
     # --- plans -----------------------------------------------------------------------------------
     def optimized_plan(self) -> Node:
@@ -257,17 +298,23 @@ class LazyFrame:
         time and shown as such. With ``analyze=True`` the query runs and the stages actually run
         are shown with P, how the selector chose it, and the join/sort decisions.
         """
-        parts = ["logical plan:", self._node.tree(1)]
+        parts = ["logical plan:", mark_shared(self._node).tree(1)]
         plan = self.optimized_plan()
         if optimized:
-            parts += ["optimized plan:", plan.tree(1)]
+            parts += ["optimized plan:", mark_shared(plan).tree(1)]
+            if "<shared #" in parts[-1]:
+                parts.append("  (#n: a node read by several parents, computed once)")
         if analyze:
             self.collect(executor=executor)
             assert self.last_run is not None
             parts.append(self.last_run.describe())
             return "\n".join(parts)
         compiler = Compiler(None, self.config, dry=True)
-        finish(compiler, compiler.compile(plan), ExchangeSink(SinglePartitioning()))
+        try:
+            finish(compiler, compiler.compile(plan), ExchangeSink(SinglePartitioning()))
+        except ConfigError as exc:
+            parts.append(f"physical stages: not available: {exc}")
+            return "\n".join(parts)
         parts.append("physical stages (preview; P, algorithm and topology are chosen per exchange at run time by the selector):")
         parts += ["  " + s.describe() for s in compiler.stages]
         parts += ["  note: " + n for n in compiler.notes]
@@ -358,48 +405,6 @@ class LazyFrame:
         return [posixpath.join(url, f) for f in result.files]
 
 
-def _polars(node: Node) -> pl.LazyFrame:
-    """Translate a logical plan node by node into Polars' lazy API."""
-    if isinstance(node, Scan):
-        if split_url(node.spec.url)[0] != "file":
-            raise ConfigError(f"to_polars() reads local files only, not {node.spec.url}")
-        if node.spec.format == "gensort":
-            raise ConfigError("to_polars() cannot read gensort files")
-        base, objects = resolve(node.spec.url, _Stores(Config()).store)
-        files = [str(Path(split_url(base)[2]) / o.key) for o in objects]
-        csv = node.spec.csv
-        scan = pl.scan_parquet(files) if node.spec.format == "parquet" else pl.scan_csv(files, separator=csv.separator, has_header=csv.has_header)
-        if node.spec.predicate is not None:
-            scan = scan.filter(node.spec.predicate.to_polars())
-        return scan.select(list(node.schema))
-    if isinstance(node, Filter):
-        return _polars(node.input).filter(node.predicate.to_polars())
-    if isinstance(node, Project):
-        exprs = [e.to_polars() for e in node.exprs]
-        child = _polars(node.input)
-        return child.select(exprs) if node.kind == "select" else child.with_columns(exprs)
-    if isinstance(node, Aggregate):
-        child = _polars(node.input)
-        aggs = [a.to_polars() for a in node.aggs]
-        keys = [k.to_polars() for k in node.keys]
-        if not keys:
-            return child.select(aggs)
-        if not aggs:
-            return child.select(keys).unique(maintain_order=True)
-        return child.group_by(keys, maintain_order=True).agg(aggs)
-    if isinstance(node, Join):
-        return _polars(node.left).join(_polars(node.right), left_on=list(node.left_on), right_on=list(node.right_on), how=node.how, suffix=node.suffix)  # type: ignore[arg-type]
-    if isinstance(node, Sort):
-        return _polars(node.input).sort([e.to_polars() for e in node.by], descending=list(node.descending), nulls_last=node.nulls_last, maintain_order=True)
-    if isinstance(node, Limit):
-        return _polars(node.input).head(node.n)
-    if isinstance(node, Distinct):
-        return _polars(node.input).unique(maintain_order=True)
-    raise ConfigError(f"to_polars() cannot translate {node.label()}")
-
-
 def _walk(node: Node) -> Iterable[Node]:
-    yield node
-    for child in node.children():
-        yield from _walk(child)
+    return walk(node)
 

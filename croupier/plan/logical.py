@@ -1,53 +1,157 @@
-"""The logical plan: what a query computes, as a tree of immutable nodes with known schemas.
+"""The logical plan: what a query computes, as a graph of immutable nodes with known schemas.
 
-Every node knows its output schema, computed by running the same operators the tasks will run on
-empty Polars frames, so a plan that would fail on types fails when it is built, not on a worker.
+Every node knows its output schema, computed by running the node's Polars equivalent on empty
+frames, so a plan that would fail on types fails when it is built, not on a worker.
+
+Core nodes
+----------
+The optimiser (:func:`croupier.plan.optimize.optimize`) rewrites every plan into these nodes
+only (:func:`croupier.plan.lower.lower`); they are what physical planning must run. Each one
+*means* exactly the Polars call given, on the Polars frames of its inputs:
+
+=============  ===========================================================================
+``Scan``        ``pl.scan_parquet/scan_csv(files).filter(spec.predicate).select(spec.columns)``
+``Filter``      ``input.filter(predicate)``; the predicate is row-wise (no aggregation, window
+                or subquery)
+``Project``     ``input.select(exprs)`` / ``input.with_columns(exprs)``; every expression is
+                row-wise, so the node runs on any split of the rows
+``Aggregate``   ``input.group_by(keys, maintain_order=True).agg(aggs)``; with no keys
+                ``input.select(aggs)``: exactly one row, even on empty input. An aggregation
+                may be an expression over aggregations (``sum(a) / sum(b)``); see
+                :meth:`Aggregate.lower` for how it runs in partial and final steps
+``Join``        ``left.join(right, left_on, right_on, how, suffix, coalesce)`` for ``how`` in
+                inner, left, right, full, semi, anti, and ``left.join(right, how="cross")``.
+                Keys are column names of types Polars joins (equal, or integers of
+                any width); a null key matches nothing (Polars'
+                ``nulls_equal=False``)
+``Sort``        ``input.sort(by, descending, nulls_last, maintain_order=True)``; ``nulls_last``
+                is one flag or one per key
+``Limit``       ``input.slice(offset, n)`` (``head(n)`` when offset is 0)
+``Distinct``    ``input.unique(maintain_order=True)`` (whole rows)
+``Union``       ``pl.concat(inputs, how="vertical")``: inputs of equal schemas, in input order
+``Window``      ``input.with_columns([e.over(partition_by, order_by=order_by, descending,
+                nulls_last) for e in exprs])``; without partition keys the whole frame is one
+                partition (``e.over(order_by=...)``, or just ``e`` without order keys)
+=============  ===========================================================================
+
+Other nodes (``SetOperation``, ``GroupingSets``) and expressions outside a node's contract
+(aggregations in ``select``, windows, subqueries) are rewritten into core nodes by
+:mod:`croupier.plan.lower` before physical planning.
+
+Sharing
+-------
+A node object used twice (a CTE read twice, the input of a global aggregate broadcast back onto
+its own rows) is one object in the plan: a DAG, not a tree. Rewrites keep it one object, so the
+physical planner can compute it once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
 
 import polars as pl
 
-from croupier.dag.operators import Aggregate as AggregateOp
-from croupier.dag.operators import AggSpec, HashJoin, Operator, Select, WithColumns, run_pipeline
-from croupier.dag.operators import Filter as FilterOp
+from croupier.dag.operators import HashJoin, Operator, Select, WithColumns
 from croupier.dag.scan import ScanSpec, projected
 from croupier.errors import ConfigError
-from croupier.expr import AGGREGATIONS, Agg, Alias, Col, Expr
+from croupier.expr import Col, Expr, IsInFrame, Lit, ScalarFrame, transform
+from croupier.plan.partial import LoweredAgg, agg_output_names, lower_aggregate, validate_aggs
 
-JOIN_HOWS = ("inner", "left", "semi", "anti")
+JOIN_HOWS = ("inner", "left", "right", "full", "semi", "anti", "cross")
 
 
-def _empty(schema: pl.Schema) -> pl.DataFrame:
+def empty(schema: pl.Schema) -> pl.DataFrame:
+    """A frame of ``schema`` with no rows."""
     return pl.DataFrame(schema=schema)
 
 
-def _check(op: Operator, schema: pl.Schema, sides: dict[str, pl.DataFrame] | None = None, what: str = "") -> pl.Schema:
+def for_schema(expr: Expr) -> Expr:
+    """``expr`` with subqueries replaced by stand-ins of the same type (for schema inference)."""
+
+    def stand_in(e: Expr) -> Expr:
+        if isinstance(e, IsInFrame):
+            return e.operand.is_null() & Lit(True)
+        if isinstance(e, ScalarFrame):
+            return Lit(None, next(iter(e.frame.schema.values())))
+        return e
+
+    return transform(expr, stand_in) if expr.has_subquery() else expr
+
+
+def polars_exprs(exprs: Iterable[Expr]) -> list[pl.Expr]:
+    return [for_schema(e).to_polars() for e in exprs]
+
+
+def infer(what: str, run: Callable[[], pl.DataFrame]) -> pl.Schema:
+    """The schema of ``run()`` (Polars on empty frames); a Polars error becomes a ConfigError."""
     try:
-        return run_pipeline(_empty(schema), (op,), sides or {}).schema
+        return run().schema
     except pl.exceptions.PolarsError as exc:
-        raise ConfigError(f"{what or op.describe()}: {exc}") from exc
+        raise ConfigError(f"{what}: {exc}") from exc
+
+
+def _check_columns(what: str, exprs: Iterable[Expr], schema: pl.Schema) -> None:
+    missing = set().union(*(e.columns() for e in exprs)) - set(schema)
+    if missing:
+        raise ConfigError(f"{what} reads unknown column(s) {sorted(missing)}; columns are {list(schema)}")
 
 
 class Node:
-    """A logical plan node."""
+    """A logical plan node. ``schema`` is its output schema."""
 
     schema: pl.Schema
 
     def children(self) -> tuple[Node, ...]:
         return ()
 
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        """A copy of this node reading ``children`` (same order as :meth:`children`)."""
+        return self
+
     def label(self) -> str:  # pragma: no cover - every node overrides it
         raise NotImplementedError
 
-    def tree(self, indent: int = 0) -> str:
-        """The plan below this node, one node per line."""
-        lines = ["  " * indent + self.label()]
+    def tree(self, indent: int = 0, seen: dict[int, int] | None = None) -> str:
+        """The plan below this node, one node per line; a shared node is printed once and then
+        referred to by its number."""
+        seen = {} if seen is None else seen
+        pad = "  " * indent
+        if id(self) in seen:
+            return f"{pad}<shared #{seen[id(self)]}: {self.label()}>"
+        if self.shared_hint:
+            seen[id(self)] = len(seen) + 1
+        mark = f"#{seen[id(self)]} " if id(self) in seen else ""
+        lines = [pad + mark + self.label()]
         for child in self.children():
-            lines.append(child.tree(indent + 1))
+            lines.append(child.tree(indent + 1, seen))
         return "\n".join(lines)
+
+    shared_hint: bool = False
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Every node of the plan below ``node`` once (shared nodes once), parents first."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        yield n
+        stack.extend(reversed(n.children()))
+
+
+def mark_shared(root: Node) -> Node:
+    """Flag the nodes used by more than one parent (for explain output); returns ``root``."""
+    uses: dict[int, int] = {}
+    for n in walk(root):
+        for c in n.children():
+            uses[id(c)] = uses.get(id(c), 0) + 1
+    for n in walk(root):
+        n.shared_hint = uses.get(id(n), 0) > 1
+    return root
 
 
 @dataclass(eq=False)
@@ -70,13 +174,15 @@ class Filter(Node):
     predicate: Expr
 
     def __post_init__(self) -> None:
-        missing = self.predicate.columns() - set(self.input.schema)
-        if missing:
-            raise ConfigError(f"filter {self.predicate.show()} reads unknown column(s) {sorted(missing)}; columns are {list(self.input.schema)}")
-        self.schema = _check(FilterOp(self.predicate), self.input.schema)
+        _check_columns(f"filter {self.predicate.show()}", [self.predicate], self.input.schema)
+        pred = polars_exprs([self.predicate])[0]
+        self.schema = infer(f"filter {self.predicate.show()}", lambda: empty(self.input.schema).filter(pred))
 
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Filter(children[0], self.predicate)
 
     def label(self) -> str:
         return f"filter {self.predicate.show()}"
@@ -91,7 +197,13 @@ class Project(Node):
     kind: str = "select"
 
     def __post_init__(self) -> None:
-        self.schema = _check(self.operator(), self.input.schema)
+        if self.kind not in ("select", "with_columns"):
+            raise ConfigError(f"projection kind must be select or with_columns, got {self.kind!r}")
+        _check_columns(self.kind, self.exprs, self.input.schema)
+        exprs = polars_exprs(self.exprs)
+        frame = empty(self.input.schema)
+        run = (lambda: frame.select(exprs)) if self.kind == "select" else (lambda: frame.with_columns(exprs))
+        self.schema = infer(self.label(), run)
 
     def operator(self) -> Operator:
         return Select(self.exprs) if self.kind == "select" else WithColumns(self.exprs)
@@ -99,79 +211,55 @@ class Project(Node):
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
 
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Project(children[0], self.exprs, self.kind)
+
     def label(self) -> str:
-        return self.operator().describe()
-
-
-@dataclass(frozen=True)
-class LoweredAgg:
-    """An aggregation as the stages run it: pre-projection, partial (before the exchange), final."""
-
-    pre: Select
-    partial: AggregateOp | None
-    final: tuple[Operator, ...]
-
-
-def _agg_parts(expr: Expr) -> tuple[Agg, str]:
-    name = None
-    if isinstance(expr, Alias):
-        name, expr = expr.name, expr.operand
-    if not isinstance(expr, Agg) or expr.fn not in AGGREGATIONS or (expr.operand is not None and expr.operand.has_agg()):
-        raise ConfigError(f"agg() takes single aggregations such as col('x').sum().alias('s'); got {expr.show()} (compute ratios with with_columns after agg)")
-    return expr, name or expr.output_name()
+        return f"{self.kind} " + ", ".join(e.show() for e in self.exprs)
 
 
 @dataclass(eq=False)
 class Aggregate(Node):
+    """Group by ``keys`` (expressions) and compute ``aggs`` (each an aggregation, or an
+    expression over aggregations and literals); without keys one row for the whole input."""
+
     input: Node
     keys: tuple[Expr, ...]
     aggs: tuple[Expr, ...]
 
     def __post_init__(self) -> None:
-        names = [k.output_name() for k in self.keys] + [_agg_parts(a)[1] for a in self.aggs]
+        if not self.keys and not self.aggs:
+            raise ConfigError("group_by().agg() needs at least one key or one aggregation")
+        _check_columns("group_by/agg", self.keys + self.aggs, self.input.schema)
+        validate_aggs(self.keys, self.aggs)
+        names = list(self.key_names()) + agg_output_names(self.aggs)
         if len(set(names)) != len(names):
             raise ConfigError(f"group_by/agg output names must be unique, got {names}; use .alias(...)")
-        lowered = self.lower()
-        schema = _check(lowered.pre, self.input.schema, what="group_by")
-        for op in ((lowered.partial,) if lowered.partial else ()) + lowered.final:
-            schema = _check(op, schema, what="agg")
-        self.schema = schema
+        self.schema = self.direct_schema()
+        self.lower()  # fails now, not on a worker, if the plan cannot be split
+
+    def direct_schema(self) -> pl.Schema:
+        """Polars' own result schema for this aggregation."""
+        frame = empty(self.input.schema)
+        keys, aggs = polars_exprs(self.keys), polars_exprs(self.aggs)
+        if not keys:
+            return infer(self.label(), lambda: frame.select(aggs))
+        return infer(self.label(), lambda: frame.group_by(keys, maintain_order=True).agg(aggs))
 
     def key_names(self) -> tuple[str, ...]:
         return tuple(k.output_name() for k in self.keys)
 
     def lower(self) -> LoweredAgg:
-        """Split into pre-projection, partial aggregation and final aggregation (SEER's combiner)."""
-        keys = self.key_names()
-        pre: list[Expr] = [k if isinstance(k, Col) else k.alias(n) for k, n in zip(self.keys, keys)]
-        parts = [_agg_parts(a) for a in self.aggs]
-        for i, (agg, _) in enumerate(parts):
-            if agg.operand is not None:
-                pre.append(agg.operand.alias(f"__a{i}"))
-        if any(agg.fn == "n_unique" for agg, _ in parts):
-            specs = tuple(AggSpec(agg.fn, None if agg.operand is None else f"__a{i}", name) for i, (agg, name) in enumerate(parts))
-            return LoweredAgg(Select(tuple(pre)), None, (AggregateOp(keys, specs),))
-        partial: list[AggSpec] = []
-        final: list[AggSpec] = []
-        means: list[Expr] = []
-        for i, (agg, name) in enumerate(parts):
-            a = f"__a{i}"
-            if agg.fn == "mean":
-                partial += [AggSpec("sum", a, f"__p{i}s"), AggSpec("count", a, f"__p{i}c")]
-                final += [AggSpec("sum", f"__p{i}s", f"__p{i}s"), AggSpec("sum", f"__p{i}c", f"__p{i}c")]
-                means.append((Col(f"__p{i}s") / Col(f"__p{i}c")).alias(name))
-            else:
-                partial.append(AggSpec(agg.fn, None if agg.fn == "len" else a, f"__p{i}"))
-                combine = {"sum": "sum", "count": "sum", "len": "sum", "min": "min", "max": "max"}[agg.fn]
-                final.append(AggSpec(combine, f"__p{i}", name))
-        out: list[Operator] = [AggregateOp(keys, tuple(final))]
-        if means:
-            out.append(WithColumns(tuple(means)))
-        out.append(Select(tuple(Col(n) for n in keys + tuple(name for _, name in parts))))
-        return LoweredAgg(Select(tuple(pre)), AggregateOp(keys, tuple(partial)), tuple(out))
+        """The aggregation as stages run it: a pre-projection, a partial aggregation before the
+        exchange (None when some aggregation cannot be split), and final steps after it. See
+        :mod:`croupier.plan.partial` for the rules."""
+        return lower_aggregate(self.input.schema, self.keys, self.aggs, self.schema)
 
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Aggregate(children[0], self.keys, self.aggs)
 
     def label(self) -> str:
         return f"aggregate by [{', '.join(k.show() for k in self.keys)}]: {', '.join(a.show() for a in self.aggs)}"
@@ -179,24 +267,35 @@ class Aggregate(Node):
 
 @dataclass(eq=False)
 class Join(Node):
+    """``left.join(right, ...)``; ``coalesce`` None means Polars' default (True except for full)."""
+
     left: Node
     right: Node
     left_on: tuple[str, ...]
     right_on: tuple[str, ...]
     how: str = "inner"
     suffix: str = "_right"
+    coalesce: bool | None = None
 
     def __post_init__(self) -> None:
         if self.how not in JOIN_HOWS:
             raise ConfigError(f"join how must be one of {JOIN_HOWS}, got {self.how!r}")
-        if len(self.left_on) != len(self.right_on) or not self.left_on:
+        if self.how == "cross":
+            if self.left_on or self.right_on:
+                raise ConfigError("a cross join takes no keys")
+        elif len(self.left_on) != len(self.right_on) or not self.left_on:
             raise ConfigError(f"join needs the same number of keys on both sides, got {self.left_on} and {self.right_on}")
         for side, keys, schema in (("left", self.left_on, self.left.schema), ("right", self.right_on, self.right.schema)):
             missing = set(keys) - set(schema)
             if missing:
                 raise ConfigError(f"join: {side} side has no column(s) {sorted(missing)}; its columns are {list(schema)}")
-        op = self.operator("right")
-        self.schema = _check(op, self.left.schema, {"right": _empty(self.right.schema)}, what="join")
+        self.schema = infer("join", lambda: self.to_polars(empty(self.left.schema).lazy(), empty(self.right.schema).lazy()).collect())
+
+    def to_polars(self, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
+        """This join in Polars, of the Polars frames of its inputs."""
+        if self.how == "cross":
+            return left.join(right, how="cross", suffix=self.suffix)
+        return left.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce)  # type: ignore[arg-type]
 
     def operator(self, side: str) -> HashJoin:
         return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix)
@@ -204,9 +303,14 @@ class Join(Node):
     def children(self) -> tuple[Node, ...]:
         return (self.left, self.right)
 
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Join(children[0], children[1], self.left_on, self.right_on, self.how, self.suffix, self.coalesce)
+
     def label(self) -> str:
+        if self.how == "cross":
+            return "cross join"
         on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
-        return f"{self.how} join on {on}"
+        return f"{self.how} join on {on}" + ("" if self.coalesce is None else f" coalesce={self.coalesce}")
 
 
 @dataclass(eq=False)
@@ -214,35 +318,56 @@ class Sort(Node):
     input: Node
     by: tuple[Expr, ...]
     descending: tuple[bool, ...]
-    nulls_last: bool = False
+    nulls_last: bool | tuple[bool, ...] = False
 
     def __post_init__(self) -> None:
-        from croupier.dag.operators import Sort as SortOp
+        if len(self.descending) != len(self.by):
+            raise ConfigError(f"sort got {len(self.by)} keys but {len(self.descending)} descending flags")
+        if isinstance(self.nulls_last, tuple):
+            if len(self.nulls_last) != len(self.by):
+                raise ConfigError(f"sort got {len(self.by)} keys but {len(self.nulls_last)} nulls_last flags")
+            if len(set(self.nulls_last)) == 1:  # one flag for all keys: kept as a plain bool
+                self.nulls_last = self.nulls_last[0]
+        _check_columns("sort", self.by, self.input.schema)
+        by = polars_exprs(self.by)
+        self.schema = infer("sort", lambda: empty(self.input.schema).sort(by, descending=list(self.descending), nulls_last=self.nulls_flags()))
 
-        self.schema = _check(SortOp(self.by, self.descending, self.nulls_last), self.input.schema, what="sort")
+    def nulls_flags(self) -> list[bool]:
+        """One nulls_last flag per key."""
+        return list(self.nulls_last) if isinstance(self.nulls_last, tuple) else [self.nulls_last] * len(self.by)
 
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
 
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Sort(children[0], self.by, self.descending, self.nulls_last)
+
     def label(self) -> str:
-        return "sort by " + ", ".join(f"{e.show()}{' desc' if d else ''}" for e, d in zip(self.by, self.descending))
+        flags = self.nulls_flags()
+        return "sort by " + ", ".join(f"{e.show()}{' desc' if d else ''}{' nulls last' if n else ''}" for e, d, n in zip(self.by, self.descending, flags))
 
 
 @dataclass(eq=False)
 class Limit(Node):
+    """The rows ``offset`` to ``offset + n`` (Polars ``slice``)."""
+
     input: Node
     n: int
+    offset: int = 0
 
     def __post_init__(self) -> None:
-        if self.n < 0:
-            raise ConfigError(f"head/limit needs n >= 0, got {self.n}")
+        if self.n < 0 or self.offset < 0:
+            raise ConfigError(f"head/limit needs n >= 0 and offset >= 0, got {self.n} and {self.offset}")
         self.schema = self.input.schema
 
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
 
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Limit(children[0], self.n, self.offset)
+
     def label(self) -> str:
-        return f"limit {self.n}"
+        return f"limit {self.n}" + (f" offset {self.offset}" if self.offset else "")
 
 
 @dataclass(eq=False)
@@ -258,5 +383,145 @@ class Distinct(Node):
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
 
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Distinct(children[0])
+
     def label(self) -> str:
         return "distinct"
+
+
+@dataclass(eq=False)
+class Union(Node):
+    """The rows of every input, input after input (inputs of one schema)."""
+
+    inputs: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ConfigError("concat needs at least one frame")
+        first = self.inputs[0].schema
+        for i, node in enumerate(self.inputs[1:], 1):
+            if node.schema != first:
+                raise ConfigError(f"concat: frame {i} has schema {dict(node.schema)}, frame 0 has {dict(first)}; select and cast to match")
+        self.schema = first
+
+    def children(self) -> tuple[Node, ...]:
+        return self.inputs
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Union(tuple(children))
+
+    def label(self) -> str:
+        return f"union of {len(self.inputs)}"
+
+
+@dataclass(eq=False)
+class Window(Node):
+    """Window expressions over partitions: every task holding whole partitions (all rows with
+    equal ``partition_by`` values) computes ``exprs`` with plain Polars (:meth:`polars_exprs`).
+
+    ``exprs`` are aliased and contain no ``over``; ``partition_by`` and ``order_by`` are column
+    names. The output keeps every input column (replaced in place when an expression has its
+    name) and appends the new ones, as ``with_columns``.
+    """
+
+    input: Node
+    partition_by: tuple[str, ...]
+    order_by: tuple[str, ...]
+    descending: bool
+    nulls_last: bool
+    exprs: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        if not self.exprs:
+            raise ConfigError("a window node needs at least one expression")
+        _check_columns("window", [Col(c) for c in self.partition_by + self.order_by] + list(self.exprs), self.input.schema)
+        exprs = self.polars_exprs()
+        self.schema = infer(self.label(), lambda: empty(self.input.schema).with_columns(exprs))
+
+    def polars_exprs(self) -> list[pl.Expr]:
+        """The window expressions as Polars expressions (run with ``with_columns``)."""
+        out = []
+        for e in polars_exprs(self.exprs):
+            if self.partition_by or self.order_by:
+                e = e.over(list(self.partition_by) or None, order_by=list(self.order_by) or None, descending=self.descending, nulls_last=self.nulls_last)
+            out.append(e)
+        return out
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Window(children[0], self.partition_by, self.order_by, self.descending, self.nulls_last, self.exprs)
+
+    def label(self) -> str:
+        order = f" order by [{', '.join(self.order_by)}]{' desc' if self.descending else ''}{' nulls last' if self.nulls_last else ''}" if self.order_by else ""
+        return f"window over [{', '.join(self.partition_by)}]{order}: " + ", ".join(e.show() for e in self.exprs)
+
+
+# --- nodes that lowering rewrites into core nodes ------------------------------------------------
+
+
+@dataclass(eq=False)
+class SetOperation(Node):
+    """SQL INTERSECT or EXCEPT of two inputs of equal schemas, rows compared whole with nulls
+    equal; ``distinct`` (the SQL default) removes duplicates, else multiset semantics (ALL)."""
+
+    kind: str
+    left: Node
+    right: Node
+    distinct: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("intersect", "except"):
+            raise ConfigError(f"set operation must be intersect or except, got {self.kind!r}")
+        if self.left.schema != self.right.schema:
+            raise ConfigError(f"{self.kind}: schemas differ: {dict(self.left.schema)} and {dict(self.right.schema)}")
+        self.schema = self.left.schema
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return SetOperation(self.kind, children[0], children[1], self.distinct)
+
+    def label(self) -> str:
+        return self.kind + ("" if self.distinct else " all")
+
+
+@dataclass(eq=False)
+class GroupingSets(Node):
+    """SQL GROUPING SETS: one aggregation per set of key positions, stacked; keys outside a set
+    are null. ``grouping`` adds, per (name, key positions), SQL's GROUPING(keys...): a bit per key,
+    first key highest, 1 where the key is not in the set. Columns: keys, grouping, aggs."""
+
+    input: Node
+    keys: tuple[Expr, ...]
+    sets: tuple[tuple[int, ...], ...]
+    aggs: tuple[Expr, ...]
+    grouping: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        full = Aggregate(self.input, self.keys, self.aggs)
+        names = list(full.schema)
+        k = len(self.keys)
+        fields: dict[str, Any] = {n: full.schema[n] for n in names[:k]}
+        fields.update({name: pl.Int64 for name, _ in self.grouping})
+        fields.update({n: full.schema[n] for n in names[k:]})
+        if len(fields) != len(names) + len(self.grouping):
+            raise ConfigError(f"grouping sets: output names collide: {names} and {[g for g, _ in self.grouping]}")
+        self.schema = pl.Schema(fields)
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return GroupingSets(children[0], self.keys, self.sets, self.aggs, self.grouping)
+
+    def label(self) -> str:
+        keys = [k.show() for k in self.keys]
+        sets = ", ".join("(" + ", ".join(keys[i] for i in s) + ")" for s in self.sets)
+        return f"grouping sets {sets}: {', '.join(a.show() for a in self.aggs)}"
+
+
+CORE_NODES = (Scan, Filter, Project, Aggregate, Join, Sort, Limit, Distinct, Union, Window)

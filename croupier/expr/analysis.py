@@ -1,0 +1,132 @@
+"""Analyses and rewrites of expression trees used by the planner.
+
+* :func:`conjuncts` / :func:`conjoin`: split and join ``a & b & c`` (predicate pushdown).
+* :func:`may_match`: can a Parquet row group with these min/max statistics hold a matching row?
+* :func:`transform` / :func:`extract`: rebuild a tree bottom-up, or cut chosen subtrees out of it
+  (replacing each by a column) so they can be computed by another plan node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from croupier.expr.nodes import BINARY, FLIP, Agg, Binary, Col, Expr, Func, IsIn, Lit, Over
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every node of ``expr``, parents first."""
+    yield expr
+    for child in expr.children():
+        yield from walk(child)
+
+
+def transform(expr: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """Rebuild ``expr`` bottom-up, passing every (rebuilt) node through ``fn``."""
+    children = expr.children()
+    if children:
+        new = tuple(transform(c, fn) for c in children)
+        if any(a is not b for a, b in zip(new, children)):
+            expr = expr.with_children(new)
+    return fn(expr)
+
+
+def extract(expr: Expr, is_target: Callable[[Expr], bool], name_for: Callable[[Expr], str], descend: Callable[[Expr], bool] = lambda e: True) -> Expr:
+    """``expr`` with every outermost subtree for which ``is_target`` holds replaced by
+    ``col(name_for(subtree))``; ``descend`` says whether to look inside a (non-target) node."""
+    if is_target(expr):
+        return Col(name_for(expr))
+    if not descend(expr):
+        return expr
+    children = expr.children()
+    if not children:
+        return expr
+    new = tuple(extract(c, is_target, name_for, descend) for c in children)
+    if all(a is b for a, b in zip(new, children)):
+        return expr
+    return expr.with_children(new)
+
+
+def is_agg_root(expr: Expr) -> bool:
+    """An aggregation evaluated over the frame or group (not the inside of a window)."""
+    return isinstance(expr, Agg)
+
+
+def outside_windows(expr: Expr) -> bool:
+    """Whether to look for aggregations inside ``expr``: not inside ``over`` or int_range."""
+    return not isinstance(expr, Over) and not (isinstance(expr, Func) and expr.fn == "int_range")
+
+
+def is_window_root(expr: Expr) -> bool:
+    """A window: ``over(...)`` or a window function not under ``over``."""
+    return isinstance(expr, Over) or (isinstance(expr, Func) and expr.is_window_function())
+
+
+def conjuncts(expr: Expr) -> list[Expr]:
+    """Split ``a & b & c`` into [a, b, c]."""
+    if isinstance(expr, Binary) and expr.op == "&":
+        return conjuncts(expr.left) + conjuncts(expr.right)
+    return [expr]
+
+
+def conjoin(parts: list[Expr]) -> Expr | None:
+    """The AND of ``parts`` (None when empty)."""
+    out: Expr | None = None
+    for part in parts:
+        out = part if out is None else Binary("&", out, part)
+    return out
+
+
+def fold(expr: Expr) -> Any:
+    """Python value of a constant expression (literals and operators on them), else raise LookupError."""
+    if isinstance(expr, Lit):
+        return expr.value
+    if isinstance(expr, Binary) and expr.op in ("+", "-", "*", "/"):
+        return BINARY[expr.op](fold(expr.left), fold(expr.right))
+    raise LookupError(expr)
+
+
+Stats = dict[str, tuple[Any, Any]]
+
+
+def may_match(expr: Expr, stats: Stats) -> bool:
+    """False only when no row whose columns lie in ``stats`` [min, max] ranges can satisfy ``expr``.
+
+    Used to prune Parquet row groups: conjunctions and disjunctions of comparisons between a
+    column and a constant, ``is_in`` and ``is_between``; anything else may match.
+    """
+    try:
+        return _may_match(expr, stats)
+    except (TypeError, LookupError, ValueError, ArithmeticError):
+        return True
+
+
+def _may_match(expr: Expr, stats: Stats) -> bool:
+    if isinstance(expr, Binary):
+        if expr.op == "&":
+            return _may_match(expr.left, stats) and _may_match(expr.right, stats)
+        if expr.op == "|":
+            return _may_match(expr.left, stats) or _may_match(expr.right, stats)
+        if expr.op in FLIP:
+            op, column, value = expr.op, expr.left, expr.right
+            if not isinstance(column, Col):
+                op, column, value = FLIP[op], expr.right, expr.left
+            if not isinstance(column, Col) or column.name not in stats:
+                return True
+            low, high = stats[column.name]
+            v = fold(value)
+            if low is None or high is None or v is None:
+                return True
+            return {
+                "==": lambda: low <= v <= high,
+                "!=": lambda: not (low == high == v),
+                "<": lambda: low < v,
+                "<=": lambda: low <= v,
+                ">": lambda: high > v,
+                ">=": lambda: high >= v,
+            }[op]()
+    if isinstance(expr, IsIn) and isinstance(expr.operand, Col) and expr.operand.name in stats:
+        low, high = stats[expr.operand.name]
+        if low is None or high is None or (expr.nulls_equal and None in expr.values):
+            return True
+        return any(v is not None and low <= v <= high for v in expr.values)
+    return True

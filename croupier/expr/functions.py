@@ -1,0 +1,113 @@
+"""Named functions of expressions, each with its Polars translation and its kind.
+
+A function is applied to operand expressions plus constant arguments (:class:`croupier.expr.nodes.Func`).
+Its *kind* tells the planner where it can run:
+
+* ``row``: one output per input row, computed from that row alone (arithmetic, strings, dates,
+  ``coalesce``...). Runs anywhere, in any task, on any split of the rows.
+* ``window``: one output per row that depends on other rows of the column (``rank``, ``cum_sum``,
+  ``shift``, ``int_range``). Runs in a window node, over a whole partition (``.over(...)``) or over
+  the whole frame.
+
+Every translation is the Polars call of the same name, so the semantics are Polars'.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import polars as pl
+
+ROW = "row"
+WINDOW = "window"
+
+
+@dataclass(frozen=True)
+class Function:
+    """How to translate one named function, what kind it is, and how ``show`` prints it."""
+
+    kind: str
+    build: Callable[..., pl.Expr]
+    method: bool = True  # printed as operand.fn(args) (else fn(operands, args))
+    variadic: bool = False  # build takes the list of operands, then the constant arguments
+
+
+def like_regex(pattern: str, case_insensitive: bool = False) -> str:
+    """SQL LIKE pattern (% any run, _ one character) as an anchored regular expression."""
+    out = []
+    for ch in pattern:
+        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+    return ("(?si)" if case_insensitive else "(?s)") + "^" + "".join(out) + "$"
+
+
+def _str_slice(e: pl.Expr, offset: pl.Expr, length: pl.Expr | None = None) -> pl.Expr:
+    return e.str.slice(offset, length)
+
+
+def _int_range(start: pl.Expr, end: pl.Expr, step: int, dtype: Any) -> pl.Expr:
+    return pl.int_range(start, end, step, dtype=dtype)
+
+
+FUNCTIONS: dict[str, Function] = {
+    # numbers
+    "abs": Function(ROW, lambda e: e.abs()),
+    "round": Function(ROW, lambda e, d, mode="half_to_even": e.round(d, mode=mode)),
+    "floor": Function(ROW, lambda e: e.floor()),
+    "ceil": Function(ROW, lambda e: e.ceil()),
+    "sqrt": Function(ROW, lambda e: e.sqrt()),
+    "exp": Function(ROW, lambda e: e.exp()),
+    "log": Function(ROW, lambda e, base: e.log(base)),
+    "sign": Function(ROW, lambda e: e.sign()),
+    "pow": Function(ROW, lambda e, x: e.pow(x)),
+    "is_nan": Function(ROW, lambda e: e.is_nan()),
+    "fill_null": Function(ROW, lambda e, v: e.fill_null(v)),
+    "fill_nan": Function(ROW, lambda e, v: e.fill_nan(v)),
+    "coalesce": Function(ROW, lambda es: pl.coalesce(es), method=False, variadic=True),
+    "max_horizontal": Function(ROW, lambda es: pl.max_horizontal(es), method=False, variadic=True),
+    "min_horizontal": Function(ROW, lambda es: pl.min_horizontal(es), method=False, variadic=True),
+    # strings
+    "contains": Function(ROW, lambda e, s, literal: e.str.contains(s, literal=literal)),
+    "starts_with": Function(ROW, lambda e, s: e.str.starts_with(s)),
+    "ends_with": Function(ROW, lambda e, s: e.str.ends_with(s)),
+    "like": Function(ROW, lambda e, pattern, ci=False: e.str.contains(like_regex(pattern, ci))),
+    "slice": Function(ROW, _str_slice),
+    "to_uppercase": Function(ROW, lambda e: e.str.to_uppercase()),
+    "to_lowercase": Function(ROW, lambda e: e.str.to_lowercase()),
+    "len_chars": Function(ROW, lambda e: e.str.len_chars()),
+    "len_bytes": Function(ROW, lambda e: e.str.len_bytes()),
+    "strip_chars": Function(ROW, lambda e, chars=None: e.str.strip_chars(chars)),
+    "strip_chars_start": Function(ROW, lambda e, chars=None: e.str.strip_chars_start(chars)),
+    "strip_chars_end": Function(ROW, lambda e, chars=None: e.str.strip_chars_end(chars)),
+    "replace_all": Function(ROW, lambda e, old, new, literal=True: e.str.replace_all(old, new, literal=literal)),
+    "reverse": Function(ROW, lambda e: e.str.reverse()),
+    "find": Function(ROW, lambda e, s: e.str.find(s, literal=True)),
+    "struct": Function(ROW, lambda es: pl.struct(es), method=False, variadic=True),
+    "concat_str": Function(ROW, lambda es, separator="", ignore_nulls=False: pl.concat_str(es, separator=separator, ignore_nulls=ignore_nulls), method=False, variadic=True),
+    # dates
+    "year": Function(ROW, lambda e: e.dt.year()),
+    "month": Function(ROW, lambda e: e.dt.month()),
+    "day": Function(ROW, lambda e: e.dt.day()),
+    "quarter": Function(ROW, lambda e: e.dt.quarter()),
+    "weekday": Function(ROW, lambda e: e.dt.weekday()),
+    "ordinal_day": Function(ROW, lambda e: e.dt.ordinal_day()),
+    "week": Function(ROW, lambda e: e.dt.week()),
+    "offset_by": Function(ROW, lambda e, by: e.dt.offset_by(by)),
+    "truncate": Function(ROW, lambda e, every: e.dt.truncate(every)),
+    "total_days": Function(ROW, lambda e: e.dt.total_days()),
+    "strftime": Function(ROW, lambda e, fmt: e.dt.strftime(fmt)),
+    # depend on other rows: window functions
+    "rank": Function(WINDOW, lambda e, method, descending: e.rank(method, descending=descending)),
+    "cum_sum": Function(WINDOW, lambda e, reverse=False: e.cum_sum(reverse=reverse)),
+    "cum_count": Function(WINDOW, lambda e, reverse=False: e.cum_count(reverse=reverse)),
+    "cum_min": Function(WINDOW, lambda e, reverse=False: e.cum_min(reverse=reverse)),
+    "cum_max": Function(WINDOW, lambda e, reverse=False: e.cum_max(reverse=reverse)),
+    "forward_fill": Function(WINDOW, lambda e: e.forward_fill()),
+    "shift": Function(WINDOW, lambda e, n, fill=None: e.shift(n, fill_value=fill)),
+    "int_range": Function(WINDOW, _int_range, method=False),
+}
+
+#: Window functions whose operands are scalars of the frame (``int_range(0, len())``), so an
+#: aggregation inside them does not make the expression an aggregation.
+ABSORBS_AGGREGATIONS = frozenset({"int_range"})

@@ -1,0 +1,64 @@
+"""SQL in DuckDB's dialect, translated into the same logical plan as the frame API.
+
+    import croupier
+    q = croupier.sql(
+        "SELECT l_returnflag, sum(l_quantity) AS qty FROM lineitem GROUP BY 1 ORDER BY 1",
+        tables={"lineitem": "s3://bucket/tpch/lineitem/"},
+    )
+    q.collect()          # runs on Croupier's workers
+    q.to_polars()        # the same plan in Polars, on local files
+
+DuckDB is the reference: answers (values, NULLs, names, order under ORDER BY) and types (mapped
+as :mod:`croupier.sql.types` documents) are DuckDB's. sqlglot parses and optimises the text
+(:mod:`croupier.sql.parse`); :mod:`croupier.sql.query` and :mod:`croupier.sql.exprs` translate it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from croupier.config import Config
+from croupier.errors import ConfigError
+from croupier.expr import Col
+from croupier.plan.logical import Node, Project
+from croupier.sql.parse import parse
+from croupier.sql.query import QueryTranslator
+
+
+def sql(text: str, tables: Mapping[str, Any], config: Config | None = None) -> Any:
+    """A LazyFrame for the query ``text`` over ``tables``: name -> LazyFrame, or a URL/path of
+    Parquet (or ``.csv``) files (a file, a folder/prefix or a glob)."""
+    from croupier.frame.lazy import LazyFrame
+
+    config = config or Config.from_env()
+    nodes = {name: _table(source, config) for name, source in tables.items()}
+    parsed = parse(text, {name: node.schema for name, node in nodes.items()})
+    node = QueryTranslator(nodes).query(parsed.tree)
+    names = parsed.names if parsed.names is not None and len(parsed.names) == len(node.schema) else [parsed.case.get(n.lower(), n) for n in node.schema]
+    node = _renamed(node, names)
+    return LazyFrame(node, config)
+
+
+def _table(source: Any, config: Config) -> Node:
+    from croupier.frame.lazy import LazyFrame, scan_csv, scan_parquet
+
+    if isinstance(source, LazyFrame):
+        return source._node
+    if isinstance(source, (str, Path)):
+        text = str(source)
+        frame = scan_csv(text, config=config) if text.lower().rstrip("/").endswith(".csv") else scan_parquet(text, config=config)
+        return frame._node
+    raise ConfigError(f"SQL tables must be LazyFrames or URLs, got {type(source).__name__}")
+
+
+def _renamed(node: Node, names: list[str]) -> Node:
+    from croupier.sql.query import _unique
+
+    names = _unique(names)
+    if names == list(node.schema):
+        return node
+    return Project(node, tuple(Col(old).alias(new) for old, new in zip(node.schema, names)), "select")
+
+
+__all__ = ["sql"]

@@ -1,0 +1,164 @@
+"""SQL text to an optimised sqlglot tree: parse (DuckDB dialect), qualify, normalise, decorrelate.
+
+The work is sqlglot's optimizer (:data:`RULES`): every column is qualified with its table alias,
+stars are expanded, conditions normalised, subqueries decorrelated into joins where sqlglot can
+(``unnest_subqueries``), derived tables merged, unused CTEs dropped, expressions simplified.
+
+One adjustment: sqlglot decorrelates an EXISTS whose correlation is not only equalities into
+array aggregates and lambdas. Croupier keeps such a subquery (wrapped in ``CROUPIER_KEEP(...)``,
+which sqlglot leaves alone) and decorrelates it itself into joins (:mod:`croupier.sql.query`).
+
+The names of the result's columns are DuckDB's: the alias as written, the column's name, or for
+an unnamed expression DuckDB's text of it (``sum(x)``, ``count_star()``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.canonicalize import canonicalize
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+from sqlglot.optimizer.eliminate_joins import eliminate_joins
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.normalize import normalize
+from sqlglot.optimizer.optimize_joins import optimize_joins
+from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
+from sqlglot.optimizer.pushdown_projections import pushdown_projections
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.qualify_columns import quote_identifiers
+from sqlglot.optimizer.scope import traverse_scope
+from sqlglot.optimizer.simplify import simplify
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
+
+from croupier.errors import ConfigError
+from croupier.sql.types import sql_type
+
+DIALECT = "duckdb"
+KEEP = "CROUPIER_KEEP"
+
+
+def keep_non_equi_exists(expression: exp.Expr) -> exp.Expr:
+    """Wrap each EXISTS subquery correlated by a non-equality in ``CROUPIER_KEEP(...)``."""
+    for scope in list(traverse_scope(expression)):
+        select = scope.expression
+        exists = select.parent.parent if isinstance(select.parent, exp.Subquery) else select.parent
+        if not isinstance(exists, exp.Exists) or not scope.external_columns:
+            continue
+        predicates = [c.find_ancestor(exp.Predicate) for c in scope.external_columns]
+        if all(isinstance(p, exp.EQ) for p in predicates):
+            continue
+        exists.replace(exp.Anonymous(this=KEEP, expressions=[exists.copy()]))
+    return expression
+
+
+RULES = (
+    qualify,
+    pushdown_projections,
+    normalize,
+    keep_non_equi_exists,
+    unnest_subqueries,
+    pushdown_predicates,
+    optimize_joins,
+    eliminate_subqueries,
+    merge_subqueries,
+    eliminate_joins,
+    eliminate_ctes,
+    quote_identifiers,
+    canonicalize,
+    simplify,
+)
+
+
+@dataclass
+class Parsed:
+    """The optimised tree and the DuckDB names of the result's columns (None: take the tree's)."""
+
+    tree: exp.Expr
+    names: list[str] | None
+    case: dict[str, str]  # lower-case name -> as declared (aliases as written, table columns)
+
+
+def parse(text: str, schemas: dict[str, pl.Schema]) -> Parsed:
+    """Parse and optimise ``text`` against the tables ``schemas`` (name -> Polars schema)."""
+    try:
+        original = sqlglot.parse_one(text, dialect=DIALECT)
+    except SqlglotError as exc:
+        raise ConfigError(f"SQL does not parse: {exc}") from exc
+    if not isinstance(original, (exp.Select, exp.SetOperation, exp.Subquery)):
+        raise ConfigError(f"SQL must be a query (SELECT ...), got {type(original).__name__}")
+    _check_tables(original, schemas)
+    schema = {name: {column: sql_type(dtype) for column, dtype in s.items()} for name, s in schemas.items()}
+    names = output_names(original, schemas, text)
+    try:
+        tree = sqlglot.optimizer.optimize(original.copy(), schema=schema, dialect=DIALECT, rules=RULES)
+    except SqlglotError as exc:
+        raise ConfigError(f"SQL: {exc}") from exc
+    return Parsed(tree, names, declared_case(original, schemas))
+
+
+def _check_tables(tree: exp.Expr, schemas: dict[str, pl.Schema]) -> None:
+    """Raise a clear error for a table that is neither given nor a CTE."""
+    known = {name.lower() for name in schemas} | {cte.alias.lower() for cte in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        if table.name.lower() not in known:
+            raise ConfigError(f"SQL: unknown table {table.name}; tables given: {sorted(schemas)} (pass it in tables={{...}} or --table NAME=URL)")
+
+
+# --- DuckDB's names for result columns -----------------------------------------------------------
+
+
+def declared_case(tree: exp.Expr, schemas: dict[str, pl.Schema]) -> dict[str, str]:
+    """Names as declared (DuckDB keeps an alias's case as written; sqlglot lower-cases them)."""
+    out = {c.lower(): c for s in schemas.values() for c in s}
+    for alias in tree.find_all(exp.Alias):
+        out.setdefault(alias.alias.lower(), alias.alias)
+    for table_alias in tree.find_all(exp.TableAlias):
+        for column in table_alias.columns:
+            out.setdefault(column.name.lower(), column.name)
+    return out
+
+
+def output_names(tree: exp.Expr, schemas: dict[str, pl.Schema], text: str) -> list[str] | None:
+    """DuckDB's names of the query's columns, or None when a star makes them the tree's."""
+    select = tree
+    while isinstance(select, (exp.SetOperation, exp.Subquery)):
+        select = select.left if isinstance(select, exp.SetOperation) else select.this
+    if not isinstance(select, exp.Select) or any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)) for p in select.expressions):
+        return None
+    columns = {c.lower(): c for s in schemas.values() for c in s}
+    substring = "main.\"substring\"" if "substring(" in text.lower() else "substr"
+    return [_name(p, columns, substring) for p in select.expressions]
+
+
+_OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "//", exp.DPipe: "||",
+        exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR"}  # fmt: skip
+
+
+def _name(e: exp.Expr, columns: dict[str, str], substring: str) -> str:
+    """DuckDB's text for an expression used as a column name (the common forms)."""
+    if isinstance(e, exp.Alias):
+        return e.alias
+    if isinstance(e, exp.Column):
+        return columns.get(e.name.lower(), e.name)
+    if isinstance(e, exp.Paren):
+        return _name(e.this, columns, substring)
+    if isinstance(e, exp.Literal):
+        return f"'{e.this}'" if e.is_string else str(e.this)
+    if type(e) in _OPS:
+        return f"({_name(e.left, columns, substring)} {_OPS[type(e)]} {_name(e.right, columns, substring)})"  # type: ignore[attr-defined]
+    if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+        return "count_star()"
+    if isinstance(e, exp.Cast):
+        return f"CAST({_name(e.this, columns, substring)} AS {e.to.sql(DIALECT).upper()})"
+    if isinstance(e, exp.Distinct):
+        return "DISTINCT " + ", ".join(_name(x, columns, substring) for x in e.expressions)
+    if isinstance(e, exp.Func):
+        fname = substring if isinstance(e, exp.Substring) else {"AVG": "avg", "STDDEV_SAMP": "stddev_samp"}.get(e.sql_name(), e.sql_name().lower())
+        args = [a for a in e.args.values() if isinstance(a, exp.Expr)] + [a for v in e.args.values() if isinstance(v, list) for a in v]
+        return f"{fname}({', '.join(_name(a, columns, substring) for a in args)})"
+    return e.sql(DIALECT)

@@ -1,0 +1,62 @@
+"""Issue 14's wrong answers, run on the real engine (``collect``) with the plain frame API.
+
+Each of these returned a wrong answer before the fix (several rows for a whole-table aggregate,
+0 for a row count reading no column, NaN for the mean of an all-null group, Int64 counts); they
+use only API that existed then, so the same file shows the failures on the old code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import croupier.frame as cf
+from croupier.config import Config
+from croupier.frame import col, count
+
+from .compare import assert_same
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three files (one empty): several tasks, so per-task answers show."""
+    root = tmp_path_factory.mktemp("fixes") / "t"
+    root.mkdir()
+    for i, n in enumerate((300, 0, 500)):
+        pl.DataFrame(
+            {
+                "g": [f"g{j % 4}" for j in range(n)],
+                "x": pl.Series([None if j % 5 == 0 else float(j) for j in range(n)], dtype=pl.Float64),
+                "none": pl.Series([None] * n, dtype=pl.Float64),
+            }
+        ).write_parquet(root / f"part-{i}.parquet")
+    return root
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(concurrency=2, tmp_url=(tmp_path / "tmp").as_uri(), progress=False)
+
+
+def _polars(table: Path) -> pl.LazyFrame:
+    return pl.scan_parquet(sorted(table.glob("*.parquet")))
+
+
+def test_select_of_aggregations_is_one_row(table: Path, config: Config) -> None:
+    got = cf.scan_parquet(table, config=config).select(col("x").sum(), col("x").max().alias("top"), count()).collect()
+    assert_same(got, _polars(table).select(pl.col("x").sum(), pl.col("x").max().alias("top"), pl.len()).collect())
+
+
+def test_counting_rows_that_read_no_column(table: Path, config: Config) -> None:
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    assert_same(lf.select(count()).collect(), pf.select(pl.len()).collect())
+    assert_same(lf.group_by().agg(count()).collect(), pf.select(pl.len()).collect())
+    assert_same(lf.group_by("g").len().collect(), pf.group_by("g").len().collect())
+
+
+def test_mean_of_all_null_group_is_null(table: Path, config: Config) -> None:
+    got = cf.scan_parquet(table, config=config).group_by("g").agg(col("none").mean().alias("m"), col("x").mean().alias("mx")).collect()
+    assert_same(got, _polars(table).group_by("g").agg(pl.col("none").mean().alias("m"), pl.col("x").mean().alias("mx")).collect())
+    assert got["m"].null_count() == got.height

@@ -1,0 +1,238 @@
+"""SQL answers exactly what DuckDB answers: values, NULLs, column names, types (DuckDB's types
+mapped as :mod:`croupier.sql.types` documents) and row order under ORDER BY.
+
+Every query runs through Croupier's plan translated to Polars (``to_polars``, aggregations split
+into partial and final steps) and through DuckDB, on the same Parquet files: several files, one
+of them empty, with NULLs in every column.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+import sqlglot
+from click.testing import CliRunner
+
+import croupier
+from croupier.cli import main
+from croupier.config import Config
+from croupier.errors import ConfigError
+from croupier.plan.logical import Scan, walk
+from croupier.plan.optimize import parents
+from croupier.sql.types import duckdb_dtype
+
+from .compare import assert_same
+
+CONFIG = Config(concurrency=2)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sql")
+    rng = np.random.default_rng(5)
+    n = 300
+    t = pl.DataFrame(
+        {
+            "k": pl.Series([None if i % 13 == 0 else int(v) for i, v in enumerate(rng.integers(0, 8, n))], dtype=pl.Int32),
+            "g": [None if v == 0 else f"g{v}" for v in rng.integers(0, 4, n)],
+            "x": pl.Series([None if i % 7 == 0 else float(v) / 8 for i, v in enumerate(rng.integers(-400, 400, n))], dtype=pl.Float64),
+            "q": rng.integers(-30, 30, n),
+            "d": [None if i % 17 == 0 else date(1999, 12, 1) + timedelta(days=int(v)) for i, v in enumerate(rng.integers(0, 120, n))],
+            "s": [None if i % 11 == 0 else f" {w}{i % 5} " for i, w in enumerate(rng.choice(["apple", "Brass", "cherry"], n))],
+            "id": np.arange(n),
+        }
+    )
+    (root / "t").mkdir()
+    for i, (a, b) in enumerate(((0, 120), (120, 120), (120, n))):
+        t.slice(a, b - a).write_parquet(root / "t" / f"part-{i}.parquet")
+    u = pl.DataFrame({"k": pl.Series([0, 1, 2, 2, 3, 5, 9, None], dtype=pl.Int32), "label": ["a", "b", "c", "c2", None, "e", "z", "n"], "w": [0.5, 1.5, None, 2.5, 3.5, 5.5, 9.5, 0.0]})
+    u.write_parquet(root / "u.parquet")
+    empty = t.head(0)
+    (root / "e").mkdir()
+    empty.write_parquet(root / "e" / "part-0.parquet")
+    return {"t": root / "t", "u": root / "u.parquet", "e": root / "e"}
+
+
+def _duckdb(query: str, tables: dict[str, Path]) -> tuple[pl.DataFrame, list[str]]:
+    con = duckdb.connect()
+    for name, path in tables.items():
+        pattern = f"{path}/*.parquet" if path.is_dir() else str(path)
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{pattern}')")
+    cursor = con.execute(query)
+    types = [str(d[1]) for d in cursor.description]
+    return pl.from_arrow(cursor.to_arrow_table()), types  # type: ignore[return-value]
+
+
+def check(query: str, tables: dict[str, Path]) -> pl.DataFrame:
+    """Croupier's answer (plan -> Polars, split aggregations) == DuckDB's, types mapped."""
+    frame = croupier.sql(query, {name: str(path) for name, path in tables.items()}, config=CONFIG)
+    got = frame.to_polars(partials=2).collect()
+    expected, types = _duckdb(query, tables)
+    expected = expected.with_columns([pl.col(c).cast(duckdb_dtype(t)) for c, t in zip(expected.columns, types) if t != "NULL"])
+    assert_same(got, expected, ordered=sqlglot.parse_one(query, dialect="duckdb").args.get("order") is not None)
+    return got
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT id, x FROM t ORDER BY x, id",
+        "SELECT id, x FROM t ORDER BY x DESC, id",
+        "SELECT id, x FROM t ORDER BY x NULLS FIRST, id DESC LIMIT 7 OFFSET 3",
+        "SELECT g, k, id FROM t ORDER BY g DESC NULLS LAST, k NULLS FIRST, id",
+        "SELECT * FROM t WHERE x > 1 AND (g = 'g1' OR k IS NULL) AND d >= '2000-01-15'",
+        "SELECT DISTINCT g, k FROM t ORDER BY 1, 2",
+        "SELECT id, CASE WHEN x > 0 THEN 'pos' WHEN x < 0 THEN 'neg' END AS sign, coalesce(k, -1) AS k1, nullif(q, 0) AS q0 FROM t",
+        "SELECT id, q / 4 AS a, q // 4 AS b, q % 4 AS c, -q // 4 AS e, round(x / 3, 2) AS r, round(x) AS r0 FROM t",
+        "SELECT id, CAST(x / 3 AS DECIMAL(10, 2)) AS dec, CAST(x AS INTEGER) AS i, CAST(q AS DOUBLE) AS f, CAST(k AS VARCHAR) AS v FROM t",
+        "SELECT id, d + INTERVAL 30 DAY AS later, d + 7 AS week, d - DATE '2000-01-01' AS days, EXTRACT(YEAR FROM d) AS y, EXTRACT(MONTH FROM d) AS m FROM t",
+        "SELECT id, substring(s, 2, 3) AS sub, upper(s) AS up, lower(s) AS lo, length(s) AS len, trim(s) AS tr, s || '-' || g AS cat, concat(s, g) AS cc FROM t",
+        "SELECT id FROM t WHERE s LIKE '%pp%' OR s NOT LIKE '%r%' OR s ILIKE '%BRASS%'",
+        "SELECT id FROM t WHERE k IN (1, 3, 5) AND q NOT IN (0, 1) AND x BETWEEN -10 AND 10",
+        "SELECT id, x + q * 2 - k AS e, abs(q) AS a, greatest(q, k) AS gr, least(q, k) AS le FROM t",
+    ],
+)
+def test_rows_expressions_and_order(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT g, count(*) AS n, count(k) AS nk, count(DISTINCT k) AS dk, sum(q) AS sq, sum(x) AS sx, avg(x) AS ax, min(d) AS lo, max(s) AS hi, stddev_samp(x) AS sd FROM t GROUP BY g ORDER BY g",
+        "SELECT k, sum(x) / count(*) AS r, sum(q) * 2 AS s2 FROM t GROUP BY k HAVING count(*) > 30 ORDER BY k",
+        "SELECT count(*), sum(x), sum(q), avg(q), min(x), max(g) FROM t",
+        "SELECT count(*) AS n, sum(x) AS s, avg(x) AS a, max(d) AS m FROM e",
+        "SELECT g, sum(x) AS s FROM t WHERE x IS NULL GROUP BY g ORDER BY g",
+        "SELECT sum(q), count(*) FROM t WHERE q > 1000",
+        "SELECT k + 1 AS k1, g, count(*) AS n FROM t GROUP BY k + 1, g ORDER BY k1, g",
+        "SELECT sum(q) FROM t",
+        "SELECT count(DISTINCT g) AS dg, count(DISTINCT k) AS dk FROM t",
+    ],
+)
+def test_aggregations_with_duckdb_semantics(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT t.id, u.label, u.w FROM t JOIN u ON t.k = u.k",
+        "SELECT t.id, u.label FROM t LEFT JOIN u ON t.k = u.k AND u.w > 1 AND t.q > 0",
+        "SELECT t.id, u.label, u.k FROM t RIGHT JOIN u ON t.k = u.k AND t.q > 10",
+        "SELECT t.id, u.label, t.k, u.k AS uk FROM t FULL OUTER JOIN u ON t.k = u.k",
+        "SELECT t.id, u.label FROM t CROSS JOIN u WHERE u.w > 5",
+        "SELECT t.id, u.label FROM t JOIN u USING (k)",
+        "SELECT t.id, u.label FROM t JOIN u ON t.k = u.k AND t.x > u.w",
+        "SELECT t.id, u.label FROM t JOIN u ON t.x < u.w - 40",
+        "SELECT a.id, b.id AS other FROM t a JOIN t b ON a.id = b.id + 1 WHERE a.q = b.q",
+    ],
+)
+def test_joins(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT id FROM t WHERE k IN (SELECT k FROM u WHERE w > 1)",
+        "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE k IS NOT NULL)",
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.w > 2)",
+        "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k)",
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g)",
+        "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.q > t.q)",
+        "SELECT id, (SELECT max(w) FROM u) AS top FROM t WHERE x > (SELECT avg(x) FROM t)",
+        "SELECT id FROM t WHERE x > (SELECT avg(x) FROM t t2 WHERE t2.g = t.g)",
+        "SELECT id FROM t WHERE (SELECT count(*) FROM u WHERE (u.k = t.k AND u.w > 1) OR (u.k = t.k AND u.label = 'a')) > 0",
+        "SELECT g, (SELECT count(*) FROM u WHERE u.k = 1) AS c FROM t GROUP BY g",
+    ],
+)
+def test_subqueries(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT k, g FROM t WHERE q > 0 UNION SELECT k, label FROM u",
+        "SELECT k FROM t WHERE q > 20 UNION ALL SELECT k FROM u ORDER BY 1 NULLS FIRST",
+        "SELECT k, g FROM t WHERE q > 0 INTERSECT SELECT k, g FROM t WHERE x > 0",
+        "SELECT k, g FROM t EXCEPT SELECT k, g FROM t WHERE x > 0",
+        "SELECT k FROM t WHERE q > 0 INTERSECT ALL SELECT k FROM t WHERE x > 0",
+        "SELECT k FROM t EXCEPT ALL SELECT k FROM t WHERE x > 0",
+        "SELECT q, x FROM t UNION ALL SELECT k, w FROM u",
+    ],
+)
+def test_set_operations(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT id, rank() OVER (PARTITION BY g ORDER BY x DESC) AS r, dense_rank() OVER (PARTITION BY g ORDER BY k) AS dr FROM t",
+        "SELECT id, row_number() OVER (PARTITION BY k ORDER BY id) AS rn, sum(x) OVER (PARTITION BY k) AS sk, avg(q) OVER (PARTITION BY g, k) AS aq, count(*) OVER (PARTITION BY g) AS n FROM t",
+        "SELECT id, sum(q) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run, max(x) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mx FROM t",
+        "SELECT id, lag(q) OVER (PARTITION BY g ORDER BY id) AS prev, lead(q, 2) OVER (PARTITION BY g ORDER BY id) AS next2 FROM t",
+        "SELECT g, sum(x) AS s, rank() OVER (ORDER BY sum(x) DESC) AS r, sum(sum(x)) OVER () AS total FROM t GROUP BY g",
+        "SELECT id, rank() OVER (ORDER BY k NULLS FIRST, q DESC) AS r FROM t",
+    ],
+)
+def test_windows(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT g, k, sum(q) AS s, count(*) AS n FROM t GROUP BY ROLLUP (g, k) ORDER BY g NULLS FIRST, k NULLS FIRST, n",
+        "SELECT g, k, sum(x) AS s, grouping(g) AS gg, grouping(g, k) AS gk FROM t GROUP BY CUBE (g, k) ORDER BY gk, g, k, s",
+        "SELECT g, k, count(*) AS n FROM t GROUP BY GROUPING SETS ((g), (k), ()) ORDER BY g, k, n",
+        "SELECT g, k, count(*) AS n FROM t GROUP BY g, ROLLUP (k) ORDER BY g, k, n",
+    ],
+)
+def test_grouping_sets(tables: dict[str, Path], query: str) -> None:
+    check(query, tables)
+
+
+def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
+    got = check("SELECT sum(q), count(*), max(x) AS Biggest, g AS MixedCase, k FROM t GROUP BY g, k ORDER BY 4, 5", tables)
+    assert got.columns == ["sum(q)", "count_star()", "Biggest", "MixedCase", "k"]
+    query = """WITH per AS (SELECT g, k, sum(x) AS total FROM t GROUP BY g, k)
+               SELECT a.g, a.k, a.total FROM per a WHERE a.total > (SELECT avg(total) * 1.2 FROM per b WHERE a.g = b.g) ORDER BY 1, 2"""
+    check(query, tables)
+    frame = croupier.sql(query, {n: str(p) for n, p in tables.items()}, config=CONFIG)
+    plan = frame.optimized_plan()
+    assert sum(isinstance(n, Scan) for n in walk(plan)) == 1  # the CTE read twice is one node
+    assert any(count > 1 for count in parents(plan).values()) and "<shared #1" in frame.explain()
+
+
+def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
+    sources = {n: str(p) for n, p in tables.items()}
+    with pytest.raises(ConfigError, match="unknown table|nope"):
+        croupier.sql("SELECT * FROM nope", sources, config=CONFIG)
+    with pytest.raises(ConfigError):
+        croupier.sql("SELECT zzz FROM t", sources, config=CONFIG)
+    with pytest.raises(ConfigError, match="parse"):
+        croupier.sql("SELEC 1", sources, config=CONFIG)
+
+
+def test_cli_prints_and_writes(tables: dict[str, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    query = "SELECT g, count(*) AS n FROM t GROUP BY g ORDER BY g"
+    printed = runner.invoke(main, ["--no-progress", "sql", query, "--table", f"t={tables['t']}", "--engine", "polars"])
+    assert printed.exit_code == 0, printed.output
+    assert "g1" in printed.output and "n" in printed.output
+    out = tmp_path / "out"
+    written = runner.invoke(main, ["--no-progress", "--concurrency", "2", "--tmp", (tmp_path / "tmp").as_uri(), "sql", "SELECT id, x FROM t WHERE q > 10 ORDER BY id", "--table", f"t={tables['t']}", "--out", str(out)])
+    assert written.exit_code == 0, written.output
+    back = pl.read_parquet(sorted(out.glob("part-*.parquet")))
+    expected, _ = _duckdb("SELECT id, x FROM t WHERE q > 10 ORDER BY id", tables)
+    assert_same(back, expected, ordered=True)
+    bad = runner.invoke(main, ["sql", "SELECT 1", "--table", "oops"])
+    assert bad.exit_code != 0 and "NAME=URL" in bad.output
