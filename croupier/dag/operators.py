@@ -125,7 +125,10 @@ class Aggregate(Operator):
         # through the lazy engine: measured twice as fast as the eager group_by in Polars 2.1
         if not exprs:
             return df.lazy().select(list(self.keys)).unique().collect()
-        return df.lazy().group_by(list(self.keys)).agg(exprs).collect()
+        try:
+            return df.lazy().group_by(list(self.keys)).agg(exprs).collect()
+        except pl.exceptions.InvalidOperationError:  # a few aggregations only eager Polars accepts (sum of dates)
+            return df.group_by(list(self.keys)).agg(exprs)
 
     #: rows of the prefix whose groups decide, and the share of distinct groups above which a
     #: partial aggregation is skipped (as Spark's and DuckDB's adaptive pre-aggregation do)
