@@ -12,6 +12,9 @@ engine runs, on this machine); point it at ``frame.collect()`` to test the distr
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +33,20 @@ from .compare import differences
 CONFIG = Config(concurrency=2)
 
 
-def run_croupier(frame: cf.LazyFrame) -> pl.DataFrame:
-    """Run Croupier's plan. Change this one function to ``frame.collect()`` for the engine."""
-    return frame.to_polars(partials=3).collect()
+_ENGINE: dict[str, Any] = {}
+
+
+def run_croupier(frame: cf.LazyFrame, engine: str = "reference") -> pl.DataFrame:
+    """Run Croupier's plan: "reference" = the lowered plan in Polars, aggregations split into
+    partials over three chunks; "engine" = ``collect()`` on worker processes (one executor for the
+    whole test, so each example costs its stages, not a process start)."""
+    if engine == "reference":
+        return frame.to_polars(partials=3).collect()
+    if "executor" not in _ENGINE:
+        from croupier.compute import LocalExecutor
+
+        _ENGINE["executor"] = LocalExecutor(CONFIG)
+    return frame.collect(executor=_ENGINE["executor"])
 
 
 @dataclass
@@ -179,6 +193,17 @@ def _sort(data: st.DataObject, p: Pair) -> Pair:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_rows, st.lists(st.integers(0, 40), max_size=3), st.data())
 def test_random_pipelines_answer_like_polars(rows: list[tuple], cuts: list[int], data: st.DataObject) -> None:
+    _check_random_pipeline(rows, cuts, data, "reference")
+
+
+@settings(max_examples=int(os.environ.get("CROUPIER_PROPERTY_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_rows, st.lists(st.integers(0, 40), max_size=3), st.data())
+def test_random_pipelines_on_the_engine_answer_like_polars(rows: list[tuple], cuts: list[int], data: st.DataObject) -> None:
+    """The same random pipelines run by the distributed engine (several tasks per stage)."""
+    _check_random_pipeline(rows, cuts, data, "engine")
+
+
+def _check_random_pipeline(rows: list[tuple], cuts: list[int], data: st.DataObject, engine: str) -> None:
     with tempfile.TemporaryDirectory(prefix="croupier-prop-") as tmp:
         facts = _write(Path(tmp), "facts", rows, cuts, FACTS)
         dims_rows = [(k, f"L{k % 3}", k * 1.5) for k in range(5)] + [(None, "Lnull", 0.0)]
@@ -202,6 +227,6 @@ def test_random_pipelines_answer_like_polars(rows: list[tuple], cuts: list[int],
             else:
                 pair = _sort(data, pair)
         expected = pair.theirs.collect()
-        got = run_croupier(pair.mine)
+        got = run_croupier(pair.mine, engine)
         problems = differences(got, expected, ordered=pair.ordered)
         assert not problems, f"steps {steps}\n" + "\n".join(problems) + f"\nplan:\n{pair.mine.explain()}\ngot:\n{got}\nexpected:\n{expected}"

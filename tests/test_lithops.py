@@ -125,7 +125,10 @@ def test_a_multi_stage_query_through_lithops(s3_config: Config, lithops_executor
     got = q.collect(executor=lithops_executor)
     lithops_counts = _requests(q.last_run.report)
     with LocalExecutor(config) as local:
-        assert q.collect(executor=local).equals(got)
+        again = q.collect(executor=local)
+    # equal up to the order floating-point partial sums were added in
+    assert again.select("name", "n").equals(got.select("name", "n"))
+    assert np.allclose(again["sx"].to_numpy(), got["sx"].to_numpy(), rtol=1e-12)
     assert _requests(q.last_run.report) == lithops_counts
     expected = facts.join(dims, on="k").group_by("name").agg(pl.col("x").sum().alias("sx"), pl.len().cast(pl.Int64).alias("n")).sort("name")
     assert got["name"].to_list() == expected["name"].to_list() and got["n"].to_list() == expected["n"].to_list()

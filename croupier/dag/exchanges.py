@@ -20,7 +20,7 @@ from croupier.dag.binding import Binder, Decision
 from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
-from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource
+from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeRead, ScanRead, run_level
 from croupier.errors import ConfigError
 from croupier.exchange import move
@@ -68,6 +68,9 @@ class Exchanges:
             mains: list[Any] = [ScanRead(source.spec, s, file_schema) for s in splits]
         elif isinstance(source, TaskSource):
             mains = list(source.reads)
+        elif isinstance(source, UnionSource):
+            producers = [inputs[id(i.stage)] for i in source.inputs]
+            mains = [self.forward_read(p, i) for p in producers for i in range(p.tasks)]
         else:
             producer = inputs[id(source.stage)]
             if source.read == "partition":

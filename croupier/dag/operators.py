@@ -175,6 +175,7 @@ class HashJoin(Operator):
     right_on: tuple[str, ...]
     how: str
     suffix: str = "_right"
+    coalesce: bool | None = None  # Polars' meaning: None = its default for ``how``
 
     @property
     def sides(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -182,9 +183,13 @@ class HashJoin(Operator):
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         right = sides[self.side]
-        return df.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix)  # type: ignore[arg-type]
+        if self.how == "cross":
+            return df.join(right, how="cross", suffix=self.suffix)
+        return df.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce)  # type: ignore[arg-type]
 
     def describe(self) -> str:
+        if self.how == "cross":
+            return f"cross join with {self.side}"
         on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
         return f"{self.how} hash join with {self.side} on {on}"
 
@@ -197,10 +202,11 @@ class Sort(Operator):
 
     by: tuple[Expr, ...]
     descending: tuple[bool, ...]
-    nulls_last: bool = False
+    nulls_last: bool | tuple[bool, ...] = False
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-        return df.sort([e.to_polars() for e in self.by], descending=list(self.descending), nulls_last=self.nulls_last, maintain_order=True)
+        nulls = list(self.nulls_last) if isinstance(self.nulls_last, tuple) else self.nulls_last
+        return df.sort([e.to_polars() for e in self.by], descending=list(self.descending), nulls_last=nulls, maintain_order=True)
 
     def describe(self) -> str:
         keys = ", ".join(f"{e.show()}{' desc' if d else ''}" for e, d in zip(self.by, self.descending))
@@ -209,17 +215,49 @@ class Sort(Operator):
 
 @dataclass(frozen=True)
 class Head(Operator):
-    """The first ``n`` rows."""
+    """Rows ``offset`` to ``offset + n`` (Polars ``slice``; offset 0: the first ``n``)."""
 
     kind = "project"
 
     n: int
+    offset: int = 0
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-        return df.head(self.n)
+        return df.slice(self.offset, self.n)
 
     def describe(self) -> str:
-        return f"head {self.n}"
+        return f"head {self.n}" + (f" after {self.offset}" if self.offset else "")
+
+
+@dataclass(frozen=True)
+class Window(Operator):
+    """Window expressions over whole partitions (every row with equal ``partition_by`` values is
+    in this task): ``with_columns(e.over(partition_by, order_by=...))`` in Polars."""
+
+    kind = "window"
+
+    exprs: tuple[Expr, ...]
+    partition_by: tuple[str, ...]
+    order_by: tuple[str, ...] = ()
+    descending: bool = False
+    nulls_last: bool = False
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.with_columns(window_exprs(self.exprs, self.partition_by, self.order_by, self.descending, self.nulls_last))
+
+    def describe(self) -> str:
+        order = f" order by {', '.join(self.order_by)}" if self.order_by else ""
+        return f"window over [{', '.join(self.partition_by)}]{order}: " + ", ".join(e.show() for e in self.exprs)
+
+
+def window_exprs(exprs: tuple[Expr, ...], partition_by: tuple[str, ...], order_by: tuple[str, ...], descending: bool, nulls_last: bool) -> list[pl.Expr]:
+    """Window expressions as Polars expressions, ``over`` the partition and order keys."""
+    out = []
+    for e in (x.to_polars() for x in exprs):
+        if partition_by or order_by:
+            e = e.over(list(partition_by) or None, order_by=list(order_by) or None, descending=descending, nulls_last=nulls_last)
+        out.append(e)
+    return out
 
 
 def run_pipeline(df: pl.DataFrame, operators: tuple[Operator, ...], sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:

@@ -36,7 +36,7 @@ from croupier.dag.outputs import StageOutput
 from croupier.dag.run import Run
 from croupier.dag.scan import projected
 from croupier.dag.splits import ScanPlanner, scan_schema
-from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource
+from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
@@ -112,12 +112,14 @@ class DagRunner:
         self._pool.shutdown(wait=True)
         self.exchanges.measure_exchanges()
 
-    def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource) -> int:
+    def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource | UnionSource) -> int:
         """How many tasks a stage reading ``source`` will run (scans: exact; exchanges: a guess)."""
         if isinstance(source, ScanSource):
             return len(self.scans.splits(source.spec)[0])
         if isinstance(source, TaskSource):
             return len(source.reads)
+        if isinstance(source, UnionSource):
+            return sum(max(1, self.result(i.stage).tasks) for i in source.inputs)
         if source.read == "all":
             return 1
         if source.read == "forward":
@@ -137,7 +139,8 @@ class DagRunner:
         specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
         tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
         results = self._batcher.map(stage.name, tasks) if tasks else []
-        self._predict(stage.name)
+        if tasks:
+            self._predict(stage.name)
         for result in results:
             self._fold(out, result.value)
         out.seconds = time.perf_counter() - started
@@ -233,6 +236,8 @@ class DagRunner:
             empty = pl.DataFrame(schema=projected(stage.source.spec, pl.Schema(self.scans.file_schema(stage.source))))
         elif isinstance(stage.source, ExchangeInput) and inputs[id(stage.source.stage)].schema is not None:
             empty = pl.DataFrame(schema=inputs[id(stage.source.stage)].schema)
+        elif isinstance(stage.source, UnionSource):
+            empty = pl.DataFrame(schema=inputs[id(stage.source.inputs[0].stage)].schema)
         else:  # TeraSort records in, rows out
             empty = RecordRuns([np.empty((0, RECORD_SIZE), np.uint8)], [0])
         sides = {name: pl.DataFrame(schema=inputs[id(i.stage)].schema) for name, i in stage.sides.items()}

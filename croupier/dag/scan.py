@@ -261,7 +261,10 @@ def projected(spec: ScanSpec, file_schema: pl.Schema) -> pl.Schema:
 
 
 def read_split(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> pl.DataFrame:
-    """Read one split as a DataFrame of the projected columns (errors name the object)."""
+    """Read one split as a DataFrame of the projected columns (errors name the object); the empty
+    split (no key) reads nothing."""
+    if not split.key:
+        return pl.DataFrame(schema=projected(spec, file_schema))
     try:
         if spec.format == "parquet":
             df = _read_parquet(store, split, projected(spec, file_schema))

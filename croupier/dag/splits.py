@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from croupier.config import Config
-from croupier.dag.scan import ScanSpec, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, resolve
+from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, resolve
 from croupier.dag.stage import ScanSource
 
 #: A scan aims at this many splits per concurrent function (load balance against request count).
@@ -44,16 +44,21 @@ class ScanPlanner:
         return splits
 
     def _plan_splits(self, spec: ScanSpec) -> tuple[list[Any], dict[str, int]]:
+        """The scan's splits; at least one (an empty one when nothing is left to read: every stage
+        runs a task, so an exchange always has a producer and an empty input still gives the
+        empty frame — and a whole-table aggregate its one row)."""
         base, objects = resolve(spec.url, self.run.store)
         total = sum(o.size for o in objects)
         parts = SPLITS_PER_FUNCTION * self.config.concurrency
+        counts: dict[str, int] = {}
         if spec.format == "parquet":
-            return parquet_splits(spec, base, self.run.store(base), objects, parts, MIN_SPLIT, MAX_SPLIT)
-        target = min(MAX_SPLIT, max(MIN_SPLIT, total // parts))
-        if spec.format == "gensort":
-            check_gensort(base, objects)
-            return byte_splits(base, objects, target, 100), {}
-        return byte_splits(base, objects, target), {}
+            splits, counts = parquet_splits(spec, base, self.run.store(base), objects, parts, MIN_SPLIT, MAX_SPLIT)
+        else:
+            target = min(MAX_SPLIT, max(MIN_SPLIT, total // parts))
+            if spec.format == "gensort":
+                check_gensort(base, objects)
+            splits = byte_splits(base, objects, target, 100 if spec.format == "gensort" else 1)
+        return (splits or [Split(base, "", 0)]), counts
 
 
 def scan_schema(spec: ScanSpec, run: Any) -> pl.Schema:

@@ -157,7 +157,19 @@ class ExchangeInput:
             raise ConfigError(f"stage {self.stage.name!r} writes {type(self.stage.sink).__name__}, not an exchange; it cannot be read")
 
 
-Source = Union[ScanSource, TaskSource, ExchangeInput]
+@dataclass(frozen=True, eq=False)
+class UnionSource:
+    """The outputs of several stages, one after the other: one task per producer task, in input
+    order, each reading what that producer task wrote (``forward`` reads; a concatenation)."""
+
+    inputs: tuple[ExchangeInput, ...]
+
+    def __post_init__(self) -> None:
+        if not self.inputs or any(i.read != "forward" for i in self.inputs):
+            raise ConfigError("a union reads one or more stages, each 'forward'")
+
+
+Source = Union[ScanSource, TaskSource, ExchangeInput, UnionSource]
 
 
 @dataclass(eq=False)
@@ -184,7 +196,10 @@ class Stage:
 
     def inputs(self) -> list[ExchangeInput]:
         """The exchange inputs (main first), i.e. the dependencies."""
-        main = [self.source] if isinstance(self.source, ExchangeInput) else []
+        if isinstance(self.source, UnionSource):
+            main = list(self.source.inputs)
+        else:
+            main = [self.source] if isinstance(self.source, ExchangeInput) else []
         return main + list(self.sides.values())
 
     def describe(self) -> str:
@@ -193,6 +208,8 @@ class Stage:
             src = f"scan {self.source.spec.format} {self.source.spec.url}"
         elif isinstance(self.source, TaskSource):
             src = f"{len(self.source.reads)} planned task(s)"
+        elif isinstance(self.source, UnionSource):
+            src = "union of " + ", ".join(i.stage.name for i in self.source.inputs)
         else:
             src = f"{self.source.read} of {self.source.stage.name}"
         sides = "".join(f"; side {k}: {v.read} of {v.stage.name}" for k, v in self.sides.items())

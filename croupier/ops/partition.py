@@ -98,7 +98,7 @@ def sort_keys(df: pl.DataFrame, by: list[pl.Expr]) -> pl.DataFrame:
     return df.select([e.alias(f"__k{i}") for i, e in enumerate(by)])
 
 
-def range_buckets(df: pl.DataFrame, by: list[pl.Expr], descending: list[bool] | tuple[bool, ...], nulls_last: bool, splitters: pl.DataFrame) -> np.ndarray:
+def range_buckets(df: pl.DataFrame, by: list[pl.Expr], descending: list[bool] | tuple[bool, ...], nulls_last: bool | tuple[bool, ...], splitters: pl.DataFrame) -> np.ndarray:
     """Bucket of each row: how many splitter rows sort at or before it (ties go up).
 
     The rows' keys and the splitters are sorted together with the query's own sort rules, so
@@ -111,16 +111,18 @@ def range_buckets(df: pl.DataFrame, by: list[pl.Expr], descending: list[bool] | 
     cuts = splitters.rename(dict(zip(splitters.columns, names))).with_columns(pl.lit(True).alias("__split"), pl.lit(-1, dtype=pl.Int64).alias("__row"))
     cuts = cuts.cast(dict(rows.schema))  # type: ignore[arg-type]
     both = pl.concat([cuts, rows], how="vertical")
-    ordered = both.sort(names + ["__split"], descending=list(descending) + [True], nulls_last=nulls_last, maintain_order=True)
+    nulls = list(nulls_last) + [False] if isinstance(nulls_last, (list, tuple)) else nulls_last
+    ordered = both.sort(names + ["__split"], descending=list(descending) + [True], nulls_last=nulls, maintain_order=True)
     ordered = ordered.with_columns(pl.col("__split").cast(pl.Int64).cum_sum().alias("__bucket")).filter(~pl.col("__split"))
     return ordered.sort("__row")["__bucket"].to_numpy()
 
 
-def choose_frame_splitters(samples: list[pl.DataFrame], descending: list[bool] | tuple[bool, ...], nulls_last: bool, parts: int) -> pl.DataFrame:
+def choose_frame_splitters(samples: list[pl.DataFrame], descending: list[bool] | tuple[bool, ...], nulls_last: bool | tuple[bool, ...], parts: int) -> pl.DataFrame:
     """``parts - 1`` rows of the sorted key sample at even quantiles (fewer if the sample is small)."""
     sample = pl.concat(samples, how="vertical") if samples else pl.DataFrame()
     if sample.height == 0 or parts <= 1:
         return sample.head(0)
-    ordered = sample.sort(list(sample.columns), descending=list(descending), nulls_last=nulls_last)
+    nulls = list(nulls_last) if isinstance(nulls_last, tuple) else nulls_last
+    ordered = sample.sort(list(sample.columns), descending=list(descending), nulls_last=nulls)
     picks = sorted({min(ordered.height - 1, (i * ordered.height) // parts) for i in range(1, parts)})
     return ordered[picks]

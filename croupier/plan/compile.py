@@ -32,6 +32,7 @@ from typing import Any
 from croupier.config import Config
 from croupier.dag.operators import Filter as FilterOp
 from croupier.dag.operators import Head, Operator
+from croupier.dag.operators import Window as WindowOp
 from croupier.dag.operators import Sort as SortOp
 from croupier.dag.runner import DagRunner, StageOutput
 from croupier.dag.scan import ScanSpec
@@ -45,14 +46,18 @@ from croupier.dag.stage import (
     SinglePartitioning,
     Source,
     Stage,
+    UnionSource,
 )
 from croupier.errors import ConfigError, CroupierError
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
 
 #: Rows of sort keys each task samples for range partitioning.
 SAMPLE_ROWS = 256
+#: Joins whose build (right) side may be broadcast: each probe task sees every build row, and no
+#: output row depends on build rows that match nothing (right and full joins do, so they shuffle).
+BROADCASTABLE = ("inner", "left", "semi", "anti")
 
 
 @dataclass
@@ -83,6 +88,8 @@ class Compiler:
         self.decisions: list[Any] = []
         self.terasort: dict[str, Any] | None = None
         self._ids = itertools.count(1)
+        self._shared: dict[int, int] | None = None
+        self._materialized: dict[int, Stage] = {}
 
     def stage(self, pipe: Pipeline, sink: Sink, what: str, workers: int | None = None, name: str | None = None) -> Stage:
         """Cut ``pipe`` into a stage writing ``sink``; submit it. Stages are named ``sNN-<what>``,
@@ -105,7 +112,20 @@ class Compiler:
 
     # --- nodes -------------------------------------------------------------------------------
     def compile(self, node: Node) -> Pipeline:
-        """The pipeline producing ``node``'s rows (stages below it already submitted)."""
+        """The pipeline producing ``node``'s rows (stages below it already submitted).
+
+        A subplan used more than once (a CTE read twice, a frame joined with its own aggregate)
+        runs once: its rows end in a stage, and every user reads that stage's output."""
+        if self._shared is None:
+            self._shared = shared_nodes(node)
+        if id(node) in self._shared:
+            if id(node) not in self._materialized:
+                self._materialized[id(node)] = self.stage(self._compile_node(node), ExchangeSink(SinglePartitioning()), "shared")
+                self.notes.append(f"{node.label()}: used {self._shared[id(node)]} times, computed once ({self._materialized[id(node)].name})")
+            return Pipeline(ExchangeInput(self._materialized[id(node)], "forward"))
+        return self._compile_node(node)
+
+    def _compile_node(self, node: Node) -> Pipeline:
         from croupier.plan import terasort
 
         if terasort.matches(node):
@@ -156,28 +176,65 @@ class Compiler:
         return self._aggregate(node.as_aggregate())
 
     def _join(self, node: Join) -> Pipeline:
+        if node.how == "cross":
+            return self._cross_join(node)
         build = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on)), "build")
         probe = self.compile(node.left)
         out = self.wait(build)
         side = build.name
         op = node.operator(side)
-        limit = self.config.broadcast_limit
-        if out is not None:
-            assert self.runner is not None
-            tasks = self.runner.estimate_tasks(probe.source)
-            traffic = out.bytes * tasks
-            sizes = f"build side {build.name} measured {format_bytes(out.bytes)} x {tasks} probe task(s) = {format_bytes(traffic)}"
-            if traffic <= limit:
-                self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
-                probe.sides[side] = ExchangeInput(build, "all")
-                probe.ops.append(op)
-                return probe
-            self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)} -> shuffle hash join")
-        else:
-            self.notes.append(f"{node.label()}: broadcast if build side {build.name} x probe tasks measures <= {format_bytes(limit)} at run time, else shuffle (shown)")
+        if node.how in BROADCASTABLE and self._broadcast(node, build, out, probe):
+            probe.sides[side] = ExchangeInput(build, "all")
+            probe.ops.append(op)
+            return probe
         plan = out.plan if out is not None and out.early else None  # a plan bound early fixes P for both sides
         probe_stage = self.stage(probe, ExchangeSink(HashPartitioning(node.left_on), plan=plan), "probe")
         return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
+
+    def _broadcast(self, node: Join, build: Stage, out: StageOutput | None, probe: Pipeline) -> bool:
+        """Whether the build side, as measured, is small enough to send to every probe task."""
+        limit = self.config.broadcast_limit
+        if out is None:
+            self.notes.append(f"{node.label()}: broadcast if build side {build.name} x probe tasks measures <= {format_bytes(limit)} at run time, else shuffle (shown)")
+            return False
+        assert self.runner is not None
+        tasks = self.runner.estimate_tasks(probe.source)
+        traffic = out.bytes * tasks
+        sizes = f"build side {build.name} measured {format_bytes(out.bytes)} x {tasks} probe task(s) = {format_bytes(traffic)}"
+        if traffic <= limit:
+            self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
+            return True
+        self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)} -> shuffle hash join")
+        return False
+
+    def _cross_join(self, node: Join) -> Pipeline:
+        """Every left row with every right row: the right side is broadcast to the left's tasks."""
+        build = self.stage(self.compile(node.right), ExchangeSink(SinglePartitioning()), "build")
+        probe = self.compile(node.left)
+        probe.sides[build.name] = ExchangeInput(build, "all")
+        probe.ops.append(node.operator(build.name))
+        self.notes.append(f"{node.label()}: the right side {build.name} is broadcast to every task of the left")
+        return probe
+
+    def _union(self, node: Union) -> Pipeline:
+        """Inputs one after the other: each input's pipeline ends in a stage; one task per
+        producing task reads them in input order."""
+        stages = [self.stage(self.compile(child), ExchangeSink(SinglePartitioning()), "union-input") for child in node.inputs]
+        return Pipeline(UnionSource(tuple(ExchangeInput(s, "forward") for s in stages)))
+
+    def _window(self, node: Window) -> Pipeline:
+        """Window expressions need whole partitions in one task: a hash exchange on the partition
+        keys, or (no keys) everything in one task."""
+        op = WindowOp(node.exprs, node.partition_by, node.order_by, node.descending, node.nulls_last)
+        pipe = self.compile(node.input)
+        if pipe.single:
+            pipe.ops.append(op)
+            return pipe
+        if node.partition_by:
+            stage = self.stage(pipe, ExchangeSink(HashPartitioning(node.partition_by)), "window-input")
+            return Pipeline(ExchangeInput(stage, "partition"), [op])
+        stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "window-input")
+        return Pipeline(ExchangeInput(stage, "all"), [op])
 
     def _sort(self, node: Sort) -> Pipeline:
         op = SortOp(node.by, node.descending, node.nulls_last)
@@ -202,21 +259,26 @@ class Compiler:
         return Pipeline(ExchangeInput(ranged, "partition"), [op])
 
     def _limit(self, node: Limit) -> Pipeline:
+        """Each task keeps its first offset + n rows (top-k: its best ones), one task the slice."""
+        keep = Head(node.offset + node.n)
+        final = Head(node.n, node.offset)
         if isinstance(node.input, Sort):  # top-k
             sort = node.input
             op = SortOp(sort.by, sort.descending, sort.nulls_last)
             pipe = self.compile(sort.input)
-            pipe.ops += [op, Head(node.n)]
             if pipe.single:
+                pipe.ops += [op, final]
                 return pipe
+            pipe.ops += [op, keep]
             stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "top-k")
-            return Pipeline(ExchangeInput(stage, "all"), [op, Head(node.n)])
+            return Pipeline(ExchangeInput(stage, "all"), [op, final])
         pipe = self.compile(node.input)
-        pipe.ops.append(Head(node.n))
         if pipe.single:
+            pipe.ops.append(final)
             return pipe
+        pipe.ops.append(keep)
         stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "limit")
-        return Pipeline(ExchangeInput(stage, "all"), [Head(node.n)])
+        return Pipeline(ExchangeInput(stage, "all"), [final])
 
 
 def finish(compiler: Compiler, pipe: Pipeline, sink: Sink) -> Stage:
@@ -261,3 +323,27 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             d = c.dominant()
             lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s  dominant: {d.name} ({d.why})")
     return lines
+
+
+def shared_nodes(root: Node) -> dict[int, int]:
+    """Nodes (by identity) that more than one parent reads, with how many read them; scans are
+    left out (reading a file twice costs no more than materialising it)."""
+    parents: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for child in node.children():
+            parents[id(child)] = parents.get(id(child), 0) + 1
+            stack.append(child)
+    nodes: dict[int, Node] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) not in nodes:
+            nodes[id(node)] = node
+            stack.extend(node.children())
+    return {k: n for k, n in parents.items() if n > 1 and not isinstance(nodes[k], Scan)}

@@ -298,7 +298,7 @@ class Join(Node):
         return left.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce)  # type: ignore[arg-type]
 
     def operator(self, side: str) -> HashJoin:
-        return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix)
+        return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix, self.coalesce)
 
     def children(self) -> tuple[Node, ...]:
         return (self.left, self.right)
