@@ -626,20 +626,21 @@ class JobResult:
 def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url: str | None = None) -> JobResult:
     """Run the low-level job whose final stages are ``stages``.
 
-    Intermediate objects go under ``<tmp_url or config.tmp_url>/_croupier_tmp/<run id>`` and are
-    deleted at the end, on success and on failure; outputs of output-sink stages stay.
+    Intermediate objects go under ``<config.tmp_url or tmp_url>/_croupier_tmp/<run id>`` (with
+    the run's lease) and are deleted at the end, on success and on failure; outputs of
+    output-sink stages stay.
     """
-    base = tmp_url or config.tmp_url
-    if base is None:
+    if tmp_url is None and config.tmp_url is None:
         raise ConfigError("run_job needs a place for intermediate objects: pass tmp_url or set config.tmp_url")
     run = Run("job", config, executor)
-    runner = DagRunner(run, f"{base.rstrip('/')}/_croupier_tmp/{run.run_id}")
+    runner: DagRunner | None = None
     try:
+        runner = DagRunner(run, str(run.open_tmp(tmp_url, explicit=True)))
         outputs = [runner.result(s) for s in stages]
         frames = [read_output(runner, o) if isinstance(o.stage.sink, ExchangeSink) else None for o in outputs]
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
         run.drain()  # losing backup copies on Lithops end before the temporaries go
-        run.store(runner.tmp_url).delete_prefix()
         report = run.finish()
     return JobResult(frames, outputs, report)
