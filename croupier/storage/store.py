@@ -102,7 +102,7 @@ class Store:
                         return mine
                 raise
 
-        return self._run("PUT", key, create, lambda _: sum(p.nbytes for p in parts))
+        return self._conditional(key, create, parts)
 
     def put_replace(self, key: str, data: Buffer | Sequence[Buffer], version: str) -> str:
         """Replace the object at ``key`` only if its version is ``version`` (one PUT); return the
@@ -122,7 +122,15 @@ class Store:
                         return mine
                 raise
 
-        return self._run("PUT", key, replace, lambda _: sum(p.nbytes for p in parts))
+        return self._conditional(key, replace, parts)
+
+    def _conditional(self, key: str, call: Callable[[], str], parts: Sequence[memoryview]) -> str:
+        """Run a conditional PUT; one whose condition failed was answered, so it is counted too."""
+        try:
+            return self._run("PUT", key, call, lambda _: sum(p.nbytes for p in parts))
+        except (ObjectExists, VersionMismatch):
+            self.stats.record("PUT", 0)
+            raise
 
     def _ours(self, key: str, parts: Sequence[memoryview]) -> str | None:
         """The version of the object at ``key`` if it holds exactly ``parts`` (else None)."""
