@@ -188,11 +188,11 @@ class OutputCommit:
     def begin(self) -> None:
         """Take the writer lock and check the output may be written; on a refusal nothing is
         changed (the lock is released again)."""
-        self._acquire()
         try:
+            self._acquire()
             self._survey()
         except BaseException:
-            self._release()
+            self._release(check=True)  # also a lock whose create happened but whose answer was lost
             raise
         self._begun = True
 
@@ -307,14 +307,18 @@ class OutputCommit:
             ours = part_pattern(self.tag)
             self.store.delete([o.key for o in self.store.list("part-") if ours.fullmatch(o.key) and o.key not in committed])
             self.store.backend.purge_partial(self.store.prefix, contains=f"-{self.tag}")
-        self._release()
+        self._release(check=True)
 
-    def _release(self) -> None:
-        """Delete the lock if it is still ours."""
+    def _release(self, check: bool = False) -> None:
+        """Delete the lock if it is ours: if we hold it, or (``check``) if it names this run
+        although we do not know we took it (a create whose answer was lost)."""
         with self._mutex:
-            if self.version is None:
+            if self.version is None and not check:
                 return
-            held = read_lease(self.store, LOCK)
+            try:
+                held = read_lease(self.store, LOCK)
+            except InputError:
+                held = None  # not a lock Croupier wrote: not ours to delete
             if held is not None and held[0].run_id == self.run_id:
                 self.store.delete([LOCK])
             self.version = self._held = None
