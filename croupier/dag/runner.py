@@ -52,6 +52,7 @@ from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
 from croupier.dag.run import Run
 from croupier.ops.records import RECORD_SIZE, RecordRuns
+from croupier.storage.location import parse_location
 from croupier.units import format_bytes
 
 #: A scan aims at this many splits per concurrent function (load balance against request count).
@@ -176,7 +177,7 @@ class DagRunner:
     def __init__(self, run: Run, tmp_url: str) -> None:
         self.run = run
         self.config = run.config
-        self.tmp_url = tmp_url.rstrip("/")
+        self.tmp_url = str(parse_location(tmp_url))  # the canonical URL: workers parse it again
         self.binder = Binder(self.config, self.tmp_url)
         encoding = self.config.shuffle_encoding(tmp_url)
         self.records_format = encoding

@@ -59,8 +59,8 @@ class Store:
 
     @property
     def url(self) -> str:
-        """URL of this view's root (without credentials)."""
-        return f"{self.backend.url}/{self.prefix}".rstrip("/")
+        """URL of this view's root (without credentials), for messages."""
+        return f"{self.backend.url}/{self.prefix[:-1]}" if self.prefix else self.backend.url
 
     @property
     def location(self) -> Location:
