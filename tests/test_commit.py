@@ -17,7 +17,7 @@ from croupier.config import Config
 from croupier.errors import ConfigError, CroupierError, InputError, OutputBusyError, OutputExistsError, StorageError
 from croupier.storage import Store, open_store, parse_location
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
-from croupier.storage.commit import LOCK, MANIFEST, OutputCommit, Part, read_manifest, read_parts
+from croupier.storage.commit import MANIFEST, OutputCommit, Part, read_manifest, read_parts
 
 T = TypeVar("T")
 OLD, NEW, NEXT = "20260101T000000Z-0000aaaa", "20260101T000001Z-0000bbbb", "20260101T000002Z-0000cccc"

@@ -161,3 +161,19 @@ def test_retried_conditional_writes_after_lost_answers_succeed_only_with_our_byt
         with pytest.raises(ObjectExists):
             flaky.put_create(f"k{i}", b"mine")
     assert flaky.backend.injected["errors"] > 5  # type: ignore[attr-defined]
+
+
+def test_create_only_without_hard_links_falls_back_to_an_exclusive_create(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import errno
+    import os
+
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    store = open_store(str(tmp_path), Config())
+    version = store.put_create("lock", b"one")
+    assert store.head("lock").version == version and bytes(store.get("lock")) == b"one"
+    with pytest.raises(ObjectExists):
+        store.put_create("lock", b"two")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lock"]  # no temporary file left

@@ -119,7 +119,7 @@ NAMES = st.text(alphabet=ALPHABET, min_size=1, max_size=24)
 
 def _refused(name: str) -> bool:
     """The reference rule (README, promise 1) for a name written below a store root."""
-    body = name[:-1] if name.endswith("/") else name
+    body = name.removesuffix("/")
     segments = body.split("/")
     return any(
         s in ("", ".", "..") or "\\" in s or any(ord(c) < 0x20 or ord(c) == 0x7F for c in s) or len(s.encode()) > 255 for s in segments
@@ -144,7 +144,7 @@ def test_fuzzed_output_names_round_trip_or_are_refused(store_env: tuple[str, Con
     commit.begin()
     store.put("part-00000-abcdef12", name.encode())
     commit.commit([Part("part-00000-abcdef12", len(name.encode()), 1)], "rows", "csv", {"job": "fuzz"})
-    stem = name[:-1] if name.endswith("/") else name
+    stem = name.removesuffix("/")
     listed = sorted(o.key for o in open_store(case, config).list())
     assert listed == [f"{stem}/_SUCCESS", f"{stem}/part-00000-abcdef12"]
     parts = read_parts(open_store(url, config))

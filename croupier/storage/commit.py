@@ -39,7 +39,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from croupier.errors import ConfigError, InputError, ObjectExists, ObjectNotFound, OutputBusyError, OutputExistsError, VersionMismatch
+from croupier.errors import (
+    ConfigError,
+    InputError,
+    ObjectExists,
+    ObjectNotFound,
+    OutputBusyError,
+    OutputExistsError,
+    VersionMismatch,
+)
 from croupier.storage.backend import ObjectInfo
 from croupier.storage.lease import TMP_FOLDER, Lease, read_lease
 from croupier.storage.location import Location

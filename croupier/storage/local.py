@@ -32,6 +32,8 @@ from croupier.storage.location import Location, check_key, parse_location
 
 _TMP_MARK = ".croupier-partial-"
 _TRANSIENT_ERRNOS = {errno.EAGAIN, errno.EINTR, errno.EBUSY}
+#: What link(2) answers on file systems without hard links.
+_NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV}
 #: Times a write retries when a concurrent cleanup removed its (empty) folder under it.
 _FOLDER_RACES = 5
 
@@ -54,7 +56,7 @@ class LocalBackend(Backend):
         return self._root / check_key(key, self.url)
 
     def put(self, key: str, parts: Sequence[Buffer]) -> None:
-        self._write(key, parts, lambda tmp, path: os.replace(tmp, path))
+        self._write(key, parts, _replace)
 
     def put_create(self, key: str, parts: Sequence[Buffer]) -> str:
         return self._write(key, parts, _link)
@@ -77,9 +79,9 @@ class LocalBackend(Backend):
             if current is None or current.st_ino != held.st_ino or _version(held) != version:
                 now = "gone" if current is None else f"at version {_version(current)}"
                 raise VersionMismatch(f"{self.url}/{key}: expected version {version}, but the object is {now}")
-            return self._write(key, parts, lambda tmp, target: os.replace(tmp, target))
+            return self._write(key, parts, _replace)
 
-    def _write(self, key: str, parts: Sequence[Buffer], place: Callable[[Path, Path], None]) -> str:
+    def _write(self, key: str, parts: Sequence[Buffer], place: Callable[[Path, Path], str | None]) -> str:
         """Write ``parts`` to a hidden temporary file beside ``key``, then ``place`` it at the key;
         return the new version. A folder removed under the writer by a concurrent cleanup is
         made again."""
@@ -89,12 +91,10 @@ class LocalBackend(Backend):
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(tmp, "wb") as f:
-                    for part in parts:
-                        f.write(part)
+                    f.writelines(parts)
                     f.flush()
                     version = _version(os.fstat(f.fileno()))
-                place(tmp, path)
-                return version
+                return place(tmp, path) or version
             except FileNotFoundError as exc:  # the folder vanished between mkdir and the write
                 tmp.unlink(missing_ok=True)
                 if attempt == _FOLDER_RACES - 1:
@@ -221,9 +221,26 @@ def _version(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns:x}-{st.st_ino:x}-{st.st_size:x}"
 
 
-def _link(tmp: Path, path: Path) -> None:
-    """Give the finished temporary file the key's name unless that name exists (atomic)."""
-    os.link(tmp, path)
+def _replace(tmp: Path, path: Path) -> None:
+    """Give the finished temporary file the key's name, replacing what is there (atomic)."""
+    os.replace(tmp, path)
+
+
+def _link(tmp: Path, path: Path) -> str | None:
+    """Give the finished temporary file the key's name unless that name exists (atomic). On a
+    file system without hard links, fall back to an exclusive create (``O_EXCL``) and a copy:
+    still exactly one creator wins, though a reader may then see the new file before it is full."""
+    try:
+        os.link(tmp, path)
+        return None  # the temporary file's version: the same file
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as out, open(tmp, "rb") as src:
+        out.write(src.read())
+        out.flush()
+        return _version(os.fstat(out.fileno()))
 
 
 def _translate(exc: OSError, url: str, key: str) -> Exception:

@@ -101,7 +101,7 @@ class Location:
         segments, each checked like a parsed name (a trailing ``/`` is ignored)."""
         segments = list(self.segments)
         for part in parts:
-            part = part[:-1] if part.endswith("/") else part
+            part = part.removesuffix("/")
             for segment in part.split("/"):
                 _check_segment(segment, f"{self}/{part}")
                 segments.append(segment)
@@ -188,7 +188,7 @@ def check_key(key: str, where: str = "") -> str:
 def check_prefix(prefix: str, where: str = "") -> str:
     """Check a listing prefix: a key, a key ending in ``/``, a partial name, or ""."""
     if prefix:
-        check_key(prefix[:-1] if prefix.endswith("/") else prefix, where)
+        check_key(prefix.removesuffix("/"), where)
     return prefix
 
 
@@ -215,8 +215,7 @@ def _plain_path(text: str) -> Location:
 
 def _segments(path: str, text: str) -> list[str]:
     """The segments of a URL path: one trailing ``/`` allowed, every segment checked."""
-    if path.endswith("/"):
-        path = path[:-1]
+    path = path.removesuffix("/")
     if not path:
         return []
     parts = path.split("/")

@@ -21,7 +21,14 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import S3Store
 
 from croupier.config import S3Options
-from croupier.errors import ConfigError, ObjectExists, ObjectNotFound, StorageError, TransientStorageError, VersionMismatch
+from croupier.errors import (
+    ConfigError,
+    ObjectExists,
+    ObjectNotFound,
+    StorageError,
+    TransientStorageError,
+    VersionMismatch,
+)
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
 from croupier.storage.location import MAX_S3_KEY_BYTES, Location, check_key, check_prefix
 
