@@ -367,3 +367,25 @@ def test_issue_examples_overwrite_never_deletes_inputs_or_other_files(store_env:
     assert result.exit_code == 0, result.output
     parts = [p["key"] for p in read_manifest(open_store(f"{root}/mine", config))["parts"]]  # type: ignore[index]
     assert len(parts) == 3 and sorted(o.key for o in open_store(f"{root}/mine", config).list()) == sorted([MANIFEST, *parts])
+
+
+def test_a_chain_of_dead_writers_leaves_nothing_behind(store_env: tuple[str, Config]) -> None:
+    """A writer dies holding the lock; the next one takes over and dies at any step of the take-
+    over; the third finds the location clean enough to write, and leaves only its output."""
+    root, config = store_env
+    for n in range(1, 11):
+        store = open_store(f"{root}/chain{n}", config)
+        first = OutputCommit(store, OLD, overwrite=False, lease=0.05)
+        first.begin()
+        for key, data in parts_of(OLD, 2).items():
+            store.put(key, data)  # then it dies
+        time.sleep(0.06)
+        second = OutputCommit(Store(FailAt(open_store(f"{root}/chain{n}", config).backend, n, after=False, crash=True)), NEW, False, 0.05)
+        try:
+            second.begin()
+            second.store.put(f"part-00000-{second.tag}", b"second")  # it may get this far, then dies
+        except StorageError:
+            pass
+        time.sleep(0.06)
+        write_output(store, NEXT, parts_of(NEXT, 1), overwrite=False)
+        assert sorted(o.key for o in store.list()) == sorted([MANIFEST, *parts_of(NEXT, 1)]), n

@@ -215,7 +215,7 @@ def _remove_writer(store: Store, dead: Lease, seconds: float) -> bool:
     held = read_lease(store, LOCK)
     if held is None or held[0] != dead:
         return False
-    cleaner = Lease.new(f"clean-{dead.run_id}", seconds)
+    cleaner = Lease.new(f"clean-{dead.run_id}", seconds, inherited=dead.tags)  # if clean dies, the next taker deletes them
     try:
         store.put_replace(LOCK, cleaner.to_bytes(), held[1])
     except VersionMismatch:

@@ -36,7 +36,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from croupier.errors import (
@@ -104,8 +104,11 @@ def _manifest(store: Store) -> tuple[bool, dict[str, Any] | None]:
         body = json.loads(data)
     except ValueError:
         return True, None
-    if not isinstance(body, dict) or body.get("croupier_manifest") != 1 or not isinstance(body.get("parts"), list):
+    if not isinstance(body, dict) or "croupier_manifest" not in body:
         return True, None
+    entries = [*(body.get("parts") or []), *(body.get("superseded") or [])] if isinstance(body.get("parts"), list) else None
+    if body["croupier_manifest"] != 1 or entries is None or not all(isinstance(p.get("key") if isinstance(p, dict) else p, str) for p in entries):
+        raise InputError(f"{store.url}/{MANIFEST} is a damaged or newer Croupier manifest; write the output again (or delete it)")
     return True, body
 
 
@@ -231,12 +234,15 @@ class OutputCommit:
                 f"output {self.location} is being written by {other.describe()}; "
                 "wait for it to finish, or choose another output"
             )
+        mine = replace(mine, inherited=other.tags)  # if we die too, our successor deletes them
         try:
             self.version = self.store.put_replace(LOCK, mine.to_bytes(), version)
         except VersionMismatch:
             return False
         self._held = mine
         remove_dead_writer(self.store, other)
+        with self._mutex:
+            self._held = replace(mine, inherited=())  # done: the next renewal drops them
         return True
 
     def _survey(self) -> None:
@@ -338,12 +344,13 @@ def listed_keys(manifest: dict[str, Any] | None) -> set[str]:
 
 
 def dead_parts(store: Store, dead: Lease) -> list[str]:
-    """The parts the writer ``dead`` left under ``store`` that no manifest lists."""
-    if not dead.tag:
+    """The parts the writer ``dead`` (and the dead writers it inherited) left under ``store``
+    that no manifest lists."""
+    if not dead.tags:
         return []
     listed = listed_keys(read_manifest(store))
-    pattern = part_pattern(dead.tag)
-    return [o.key for o in store.list("part-") if pattern.fullmatch(o.key) and o.key not in listed]
+    patterns = [part_pattern(t) for t in dead.tags]
+    return [o.key for o in store.list("part-") if any(p.fullmatch(o.key) for p in patterns) and o.key not in listed]
 
 
 def remove_dead_writer(store: Store, dead: Lease) -> list[str]:
@@ -351,6 +358,6 @@ def remove_dead_writer(store: Store, dead: Lease) -> list[str]:
     that no manifest lists, and partial files of its killed writes. Return the deleted keys."""
     keys = dead_parts(store, dead)
     store.delete(keys)
-    for name in ([f"-{dead.tag}"] if dead.tag else []) + [f"{MANIFEST}.", f"{LOCK}."]:
+    for name in [f"-{t}" for t in dead.tags] + [f"{MANIFEST}.", f"{LOCK}."]:
         store.backend.purge_partial(store.prefix, contains=name)
     return keys

@@ -45,6 +45,8 @@ class Lease:
         started: when the run took it (Unix seconds)
         expires: when it lapses unless renewed (Unix seconds)
         tag:     the run's part-name tag (output locks only)
+        inherited: tags of dead writers whose lock this one took over and whose parts are not
+                 all deleted yet (output locks only): whoever takes this lock over deletes them too
     """
 
     run_id: str
@@ -53,12 +55,18 @@ class Lease:
     started: float
     expires: float
     tag: str = ""
+    inherited: tuple[str, ...] = ()
 
     @classmethod
-    def new(cls, run_id: str, seconds: float, tag: str = "", now: float | None = None) -> Lease:
+    def new(cls, run_id: str, seconds: float, tag: str = "", now: float | None = None, inherited: tuple[str, ...] = ()) -> Lease:
         """A lease for this process, valid ``seconds`` from ``now``."""
         now = time.time() if now is None else now
-        return cls(run_id, socket.gethostname(), os.getpid(), now, now + seconds, tag)
+        return cls(run_id, socket.gethostname(), os.getpid(), now, now + seconds, tag, inherited)
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """Part tags of this lease's writer and of the dead writers it inherited."""
+        return tuple(t for t in (self.tag, *self.inherited) if t)
 
     def renewed(self, seconds: float, now: float | None = None) -> Lease:
         """The same lease, valid ``seconds`` from ``now``."""
@@ -84,8 +92,9 @@ class Lease:
         """Parse a stored lease; :class:`InputError` naming ``where`` if it is not one."""
         try:
             body = json.loads(data)
-            return cls(str(body["run_id"]), str(body["host"]), int(body["pid"]), float(body["started"]), float(body["expires"]), str(body.get("tag", "")))
-        except (ValueError, KeyError, TypeError) as exc:
+            inherited = tuple(str(t) for t in body.get("inherited", ()))
+            return cls(str(body["run_id"]), str(body["host"]), int(body["pid"]), float(body["started"]), float(body["expires"]), str(body.get("tag", "")), inherited)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"{where} is not a lease Croupier wrote ({exc}); if no Croupier run uses it, delete it yourself") from exc
 
 

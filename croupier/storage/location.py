@@ -146,7 +146,9 @@ def parse_location(text: str | os.PathLike[str] | Location) -> Location:
     if isinstance(text, Location):
         return text
     text = os.fspath(text)
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise ConfigError(f"a store URL must be text, got {text!r}; {_SUPPORTED}")
+    if not text.strip():
         raise ConfigError(f"empty store URL; {_SUPPORTED}")
     _check_text(text)
     scheme = _SCHEME.match(text)
