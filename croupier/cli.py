@@ -244,22 +244,36 @@ def valsort_cmd(ctx: click.Context, output_url: str, input_url: str | None, repo
 @main.command("clean")
 @click.argument("url")
 @click.option("--run-id", default=None, help="Only this run's leftovers.")
+@click.option("--force", is_flag=True, help="With --run-id: remove that run even if its lease is live.")
 @click.option("--older-than", default=None, help="Only runs started longer ago than this, e.g. 2h, 30m.")
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @click.pass_context
 @_guard
-def clean_cmd(ctx: click.Context, url: str, run_id: str | None, older_than: str | None, dry_run: bool) -> None:
-    """Delete intermediate objects that crashed runs left under URL/_croupier_tmp/."""
+def clean_cmd(ctx: click.Context, url: str, run_id: str | None, force: bool, older_than: str | None, dry_run: bool) -> None:
+    """Delete what dead runs left under URL: expired runs' temporaries (URL/_croupier_tmp/) and an
+    expired writer lock with its run's uncommitted parts. Live runs are never touched."""
     from croupier.jobs.clean import clean
     from croupier.units import format_bytes, parse_duration
 
-    age = parse_duration(older_than) if older_than else None
-    runs = clean(url, _config(ctx), run_id=run_id, older_than=age, dry_run=dry_run)
+    if force and run_id is None:
+        raise click.UsageError("--force needs --run-id: name the one run to remove")
+    try:
+        age = parse_duration(older_than) if older_than else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from exc
+    result = clean(url, _config(ctx), run_id=run_id, older_than=age, dry_run=dry_run, force=force)
     verb = "would delete" if dry_run else "deleted"
-    for run in runs:
-        click.echo(f"{verb} run {run.run_id}: {len(run.keys)} object(s), {format_bytes(run.bytes)}")
-    if not runs:
-        click.echo(f"nothing to clean under {url}")
+    for run in result.removed:
+        click.echo(f"{verb} run {run.run_id}: {len(run.keys)} object(s), {format_bytes(run.bytes)} ({run.reason})")
+    for run in result.skipped:
+        click.echo(f"skipped run {run.run_id}: {run.reason}")
+    writer = result.writer
+    if writer is not None and writer.removable and (dry_run or result.writer_removed):
+        click.echo(f"{verb} the writer lock of dead run {writer.lease.run_id} and {len(writer.parts)} uncommitted part(s) ({writer.reason})")
+    elif writer is not None:
+        click.echo(f"skipped the writer lock of run {writer.lease.run_id}: {writer.reason or 'it changed while cleaning'}")
+    if not result.removed and not result.skipped and writer is None:
+        click.echo(f"nothing to clean under {result.url}")
 
 
 @main.command("exchange-stats")
@@ -276,14 +290,14 @@ def exchange_stats_cmd(ctx: click.Context, store_url: str | None, size: int, wor
     from croupier.exchange.plan import all_plans
     from croupier.jobs import exchange_stats
     from croupier.jobs.gensort import gensort
-    from croupier.storage import open_store
+    from croupier.storage import open_store, parse_location
 
     config = _config(ctx)
     with tempfile.TemporaryDirectory(prefix="croupier-xstats-") as tmp:
-        base = (store_url or Path(tmp).as_uri()).rstrip("/") + "/_exchange_stats"
+        base = parse_location(store_url or tmp).child("_exchange_stats")
         try:
-            gensort(f"{base}/in", size, max(2, config.concurrency), config, overwrite=True)
-            runs = exchange_stats.run_all(f"{base}/in", f"{base}/work", workers, config, all_plans(workers, max_levels))
+            gensort(str(base.child("in")), size, max(2, config.concurrency), config, overwrite=True)
+            runs = exchange_stats.run_all(str(base.child("in")), str(base.child("work")), workers, config, all_plans(workers, max_levels))
         finally:
             open_store(base, config).delete_prefix()
     click.echo(exchange_stats.render(runs))
@@ -304,9 +318,12 @@ def demo_cmd(ctx: click.Context, size: int, workdir: str, workers: int | None, k
     from croupier.jobs.sort import sort
     from croupier.jobs.valsort import valsort
 
+    from croupier.storage import parse_location
+
     config = _config(ctx)
-    root = Path(workdir).resolve()
-    inp, out = (root / "input").as_uri(), (root / "output").as_uri()
+    location = parse_location(workdir)
+    root = Path(location.path)
+    inp, out = str(location.child("input")), str(location.child("output"))
     click.echo(f"Croupier demo: {format_bytes(size)} of TeraSort records in {root}, {workers or 'auto-tuned'} workers, {config.concurrency} at once")
     try:
         started = time.perf_counter()

@@ -122,7 +122,9 @@ class Config:
     intermediate_format: encoding of shuffle objects: "raw", "arrow", "arrow-lz4", "arrow-zstd", or
                          "auto": raw on a local folder, arrow-zstd on S3 (what measured fastest on
                          each, see bench/intermediate_format.py)
-    tmp_url:             where intermediate objects go; default: ``<output>/_croupier_tmp``
+    tmp_url:             where intermediate objects go (``<tmp_url>/_croupier_tmp/<run id>``); default:
+                         the output location (else the first scan's bucket, else the system's
+                         temporary folder). Stored as a canonical URL (relative paths resolved)
     s3:                  endpoint and credentials for ``s3://`` URLs
     progress:            show progress bars; None = only when stderr is a terminal
     profile:             storage profile (file or shipped name) the selector uses; None: the shipped
@@ -152,6 +154,9 @@ class Config:
                          (LITHOPS_CONFIG_FILE, ~/.lithops/config)
     prefetch:            look-ahead prefetch: a function fetches its next task's inputs while it
                          runs the current one (see croupier.storage.prefetch)
+    lease:               seconds a run's lease (on its temporaries and its output's writer lock)
+                         lasts unless renewed; renewed every third of it while the run lives.
+                         ``croupier clean`` removes a run's leftovers only once it has expired
     reducers:            "lazy": a sort's reducers start after all mappers; "eager": once
                          ``eager_after`` of the mappers finished, polling for their inputs (SEER
                          §5.1; direct exchange without write combining only)
@@ -182,8 +187,15 @@ class Config:
     prefetch: bool = True
     reducers: str = "lazy"
     eager_after: float = 0.25
+    lease: float = parse_duration("120s")
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.lease, (int, float)) and math.isfinite(self.lease) and self.lease > 0):
+            raise ConfigError(f"lease must be a positive number of seconds, got {self.lease!r}")
+        if self.tmp_url is not None:
+            from croupier.storage.location import parse_location  # storage imports config
+
+            object.__setattr__(self, "tmp_url", str(parse_location(self.tmp_url)))
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.function_memory < parse_size("64MiB"):
@@ -235,6 +247,8 @@ class Config:
             values["tmp_url"] = env["CROUPIER_TMP"]
         if env.get("CROUPIER_EXECUTOR"):
             values["executor"] = env["CROUPIER_EXECUTOR"]
+        if env.get("CROUPIER_LEASE"):
+            values["lease"] = parse_duration(env["CROUPIER_LEASE"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

@@ -26,6 +26,14 @@ class ObjectNotFound(StorageError, FileNotFoundError):
         self.url = url
 
 
+class ObjectExists(StorageError):
+    """A create-only write found an object already stored at the key."""
+
+
+class VersionMismatch(StorageError):
+    """A conditional replace found another version of the object than the one expected, or none."""
+
+
 class TransientStorageError(StorageError):
     """A storage request failed in a way that is worth retrying (5xx, SlowDown, timeout, reset)."""
 
@@ -35,7 +43,12 @@ class InputError(CroupierError):
 
 
 class OutputExistsError(CroupierError):
-    """The output location already holds objects and overwriting was not asked for."""
+    """The output location already holds objects and overwriting was not asked for, or holds
+    objects Croupier did not write (which it never replaces)."""
+
+
+class OutputBusyError(CroupierError):
+    """Another run holds the output's writer lock; the message names it (run id, host, pid, start)."""
 
 
 class TaskError(CroupierError):

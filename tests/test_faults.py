@@ -152,14 +152,17 @@ def test_clean_removes_leftovers_by_run_id_and_age(store_env: tuple[str, Config]
     store.put("_croupier_tmp/20991231T000000Z-bbbbbbbb/x", b"new")
     runs = find_leftovers(root, config)
     assert [(r.run_id, len(r.keys), r.bytes) for r in runs] == [("20200101T000000Z-aaaaaaaa", 2, 7), ("20991231T000000Z-bbbbbbbb", 1, 3)]
-    assert [r.run_id for r in clean(root, config, older_than=3600, dry_run=True)] == ["20200101T000000Z-aaaaaaaa"]
+    assert [r.run_id for r in clean(root, config, older_than=3600, dry_run=True).removed] == ["20200101T000000Z-aaaaaaaa"]
     assert len(find_leftovers(root, config)) == 2  # dry run deleted nothing
-    assert [r.run_id for r in clean(root, config, older_than=3600)] == ["20200101T000000Z-aaaaaaaa"]
+    assert [r.run_id for r in clean(root, config, older_than=3600).removed] == ["20200101T000000Z-aaaaaaaa"]
     args = ["clean", root, "--run-id", "20991231T000000Z-bbbbbbbb"]
     if root.startswith("s3://"):
         args = ["--s3-endpoint", config.s3.endpoint, *args]  # type: ignore[list-item]
     env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
-    out = CliRunner().invoke(main, args, env=env)
+    out = CliRunner().invoke(main, args, env=env)  # no lease, started "in the future": may be starting
+    assert out.exit_code == 0, out.output
+    assert "skipped run 20991231T000000Z-bbbbbbbb: no lease" in out.output
+    out = CliRunner().invoke(main, [*args, "--force"], env=env)
     assert out.exit_code == 0, out.output
     assert "deleted run 20991231T000000Z-bbbbbbbb: 1 object(s)" in out.output
     assert find_leftovers(root, config) == []

@@ -1,9 +1,12 @@
 """One job run on the driver: its id, executor, stores, stages and report.
 
-A run owns a run-scoped prefix for intermediate objects (``<tmp>/<run_id>/``) and deletes it when it
-ends, on success and on failure. Every stage's task results are folded into a
-:class:`croupier.report.StageReport`; the driver's own requests (listing, manifests, cleanup) are
-reported as the stage ``driver``.
+A run owns a run-scoped prefix for intermediate objects (``<tmp base>/_croupier_tmp/<run_id>/``,
+opened by :meth:`Run.open_tmp` with its lease, see :mod:`croupier.storage.lease`) and deletes it
+when it ends, on success and on failure. An output is written through :meth:`Run.begin_output`
+(the commit protocol of :mod:`croupier.storage.commit`); the run's lease keeper renews the
+temporaries' lease and the output's writer lock while it lives. Every stage's task results are
+folded into a :class:`croupier.report.StageReport`; the driver's own requests (listing, manifests,
+cleanup) are reported as the stage ``driver``, lease renewals as the stage ``lease``.
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ from tqdm import tqdm
 
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.config import Config
+from croupier.errors import ConfigError
 from croupier.report import RunReport, StageReport
 from croupier.storage import IOStats, Store, open_store
+from croupier.storage.commit import OutputCommit
+from croupier.storage.lease import TMP_FOLDER, LeaseKeeper, RunTemp
+from croupier.storage.location import Location, parse_location
 
 
 def make_executor(config: Config) -> Executor:
@@ -47,6 +54,8 @@ class Run:
         executor: runs the tasks (created here and closed at the end unless given)
         report:   stages so far and the job's summary
         driver_io: requests the driver itself makes
+        lease_io: requests of lease renewals (their number depends on how long the run takes)
+        keeper:   the thread renewing the run's leases
     """
 
     def __init__(self, job: str, config: Config, executor: Executor | None = None) -> None:
@@ -63,17 +72,48 @@ class Run:
             self.config = config = tune(config)
         self._stores: dict[str, Store] = {}
         self._started = time.perf_counter()
+        self.lease_io = IOStats()
+        self.keeper = LeaseKeeper(self.config.lease / 3)
+        self._temps: list[RunTemp] = []
 
-    def store(self, url: str) -> Store:
+    def store(self, url: str | Location) -> Store:
         """A driver-side store for ``url``; its requests count as the ``driver`` stage."""
-        if url not in self._stores:
-            self._stores[url] = open_store(url, self.config, self.driver_io)
-        return self._stores[url]
+        key = str(parse_location(url))
+        if key not in self._stores:
+            self._stores[key] = open_store(key, self.config, self.driver_io)
+        return self._stores[key]
 
-    def tmp_url(self, output_url: str) -> str:
-        """URL of this run's intermediate prefix: ``<tmp or output>/_croupier_tmp/<run_id>``."""
-        base = self.config.tmp_url or output_url
-        return f"{base.rstrip('/')}/_croupier_tmp/{self.run_id}"
+    def open_tmp(self, base: str | Location | None, explicit: bool = False) -> Location:
+        """Open this run's temporary prefix ``<base>/_croupier_tmp/<run_id>``: write its lease
+        first, keep it renewed; :meth:`finish` deletes it (the lease last). ``config.tmp_url``
+        wins over ``base`` unless ``explicit``."""
+        root = base if explicit and base is not None else self.config.tmp_url or base
+        if root is None:
+            raise ConfigError("this run needs a place for intermediate objects: pass one or set tmp_url (--tmp)")
+        tmp_base = parse_location(root)
+        key = f"{TMP_FOLDER}/{self.run_id}"
+        # the store is rooted at the base, so that deleting the run's objects removes its folders
+        temp = RunTemp(self.store(tmp_base).sub(key), self.run_id, self.config.lease)
+        temp.open()
+        self._temps.append(temp)
+        renewals = self._lease_store(tmp_base).sub(key)
+        self.keeper.add(lambda: temp.renew(renewals))
+        return tmp_base.join(key)
+
+    def begin_output(self, output: str | Location, overwrite: bool) -> OutputCommit:
+        """Start writing the output at ``output``: take its writer lock and check it may be
+        written (see :class:`OutputCommit`); the lock is renewed while the run lives."""
+        commit = OutputCommit(self.store(output), self.run_id, overwrite, self.config.lease)
+        commit.begin()
+        renewals = self._lease_store(output)
+        self.keeper.add(lambda: commit.renew(renewals))
+        return commit
+
+    def _lease_store(self, url: str | Location) -> Store:
+        """A store for lease renewals at ``url``: counted apart (``lease_io``), closed with the run."""
+        store = open_store(url, self.config, self.lease_io)
+        self._stores[f"lease:{url}"] = store
+        return store
 
     def stage(self, name: str, tasks: Sequence[Task]) -> list[TaskResult]:
         """Run ``tasks`` as one stage, with a progress bar; record its report."""
@@ -123,16 +163,26 @@ class Run:
             drain(timeout)
 
     def finish(self) -> RunReport:
-        """Close the run: add the driver's requests, the wall time, and release resources."""
-        driver = StageReport("driver", io=self.driver_io.snapshot())
-        if driver.io.kinds:
-            self.report.stages.append(driver)
-        self.report.wall_seconds = time.perf_counter() - self._started
-        self.close()
+        """Close the run: delete its temporaries (the lease last), add the driver's requests,
+        the wall time, and release resources (also when deleting fails)."""
+        self.keeper.stop()
+        try:
+            while self._temps:
+                self._temps[-1].remove()
+                self._temps.pop()
+        finally:
+            driver = StageReport("driver", io=self.driver_io.snapshot())
+            if driver.io.kinds:
+                self.report.stages.append(driver)
+            if self.lease_io.kinds:
+                self.report.stages.append(StageReport("lease", io=self.lease_io.snapshot()))
+            self.report.wall_seconds = time.perf_counter() - self._started
+            self.close()
         return self.report
 
     def close(self) -> None:
-        """Stop the executor (if this run created it) and close driver stores."""
+        """Stop the lease keeper and the executor (if this run created it); close driver stores."""
+        self.keeper.stop()
         if self._own_executor:
             self.executor.close()
         for store in self._stores.values():

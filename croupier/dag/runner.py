@@ -41,6 +41,7 @@ from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec,
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
+from croupier.storage.location import parse_location
 
 __all__ = ["DagRunner", "JobResult", "StageOutput", "read_output", "run_job", "scan_schema"]
 
@@ -56,7 +57,7 @@ class DagRunner:
     def __init__(self, run: Run, tmp_url: str) -> None:
         self.run = run
         self.config = run.config
-        self.tmp_url = tmp_url.rstrip("/")
+        self.tmp_url = str(parse_location(tmp_url))  # the canonical URL: workers parse it again
         self.binder = Binder(self.config, self.tmp_url)
         self.outputs: list[StageOutput] = []
         self._futures: dict[int, Future[StageOutput]] = {}
@@ -291,20 +292,21 @@ class JobResult:
 def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url: str | None = None) -> JobResult:
     """Run the low-level job whose final stages are ``stages``.
 
-    Intermediate objects go under ``<tmp_url or config.tmp_url>/_croupier_tmp/<run id>`` and are
-    deleted at the end, on success and on failure; outputs of output-sink stages stay.
+    Intermediate objects go under ``<config.tmp_url or tmp_url>/_croupier_tmp/<run id>`` (with
+    the run's lease) and are deleted at the end, on success and on failure; outputs of
+    output-sink stages stay.
     """
-    base = tmp_url or config.tmp_url
-    if base is None:
+    if tmp_url is None and config.tmp_url is None:
         raise ConfigError("run_job needs a place for intermediate objects: pass tmp_url or set config.tmp_url")
     run = Run("job", config, executor)
-    runner = DagRunner(run, f"{base.rstrip('/')}/_croupier_tmp/{run.run_id}")
+    runner: DagRunner | None = None
     try:
+        runner = DagRunner(run, str(run.open_tmp(tmp_url, explicit=True)))
         outputs = [runner.result(s) for s in stages]
         frames = [read_output(runner, o) if isinstance(o.stage.sink, ExchangeSink) else None for o in outputs]
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
         run.drain()  # losing backup copies on Lithops end before the temporaries go
-        run.store(runner.tmp_url).delete_prefix()
         report = run.finish()
     return JobResult(frames, outputs, report)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
-import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,7 +24,8 @@ import pyarrow.parquet as pq
 from croupier.errors import InputError
 from croupier.expr import Expr, may_match
 from croupier.ops.formats import is_hidden
-from croupier.storage import ObjectInfo, Store, split_url
+from croupier.storage import Location, ObjectInfo, Store, parse_location
+from croupier.storage.commit import read_parts
 from croupier.storage.rangefile import RangeFile
 
 FORMATS = ("parquet", "csv", "gensort")
@@ -76,31 +76,43 @@ class Split:
 
     @property
     def where(self) -> str:
-        return f"{self.base.rstrip('/')}/{self.key}"
+        return str(parse_location(self.base).join(self.key))
 
 
 def _has_glob(text: str) -> bool:
     return any(c in text for c in "*?[")
 
 
+def input_location(url: str) -> Location:
+    """The location a scan of ``url`` reads: the folder of a glob, else the URL's own location
+    (what an output must not overlap)."""
+    location = parse_location(url)
+    return location.parent if _has_glob(location.name) else location
+
+
 def resolve(url: str, open_store: Callable[[str], Store]) -> tuple[str, list[ObjectInfo]]:
-    """The store URL and the data objects ``url`` names: one file, everything under a prefix, or a glob."""
-    split_url(url)  # validates the URL with a clear error
-    trimmed = url.rstrip("/")
-    parent, name = posixpath.split(trimmed)
-    if _has_glob(name):
-        objects = [o for o in open_store(parent).list() if "/" not in o.key and fnmatch.fnmatch(o.key, name) and not is_hidden(o.key)]
-        if not objects:
-            raise InputError(f"no input objects match {url}; check the pattern")
-        return parent, sorted(objects, key=lambda o: o.key)
+    """The store URL and the data objects ``url`` names, in order.
+
+    Names are literal: an object whose name is exactly the URL's last segment is that one file
+    (unless the URL ends in ``/``); else a last segment with ``*``, ``?`` or ``[`` is a pattern
+    matched against the objects of its folder; else the URL is a folder/prefix, read as a
+    Croupier output is read (by its manifest, see :func:`croupier.storage.commit.read_parts`).
+    """
+    location = parse_location(url)  # validates the URL with a clear error
+    name, parent = location.name, location.parent
     if name and not url.endswith("/"):
-        store = open_store(parent)
+        store = open_store(str(parent))
         if store.exists(name):
-            return parent, [store.head(name)]
-    objects = [o for o in open_store(trimmed).list() if not is_hidden(o.key)]
+            return str(parent), [store.head(name)]
+        if _has_glob(name):
+            objects = [o for o in store.list() if "/" not in o.key and fnmatch.fnmatchcase(o.key, name) and not is_hidden(o.key)]
+            if not objects:
+                raise InputError(f"no input objects match {url}; check the pattern")
+            return str(parent), sorted(objects, key=lambda o: o.key)
+    objects = read_parts(open_store(str(location)))
     if not objects:
         raise InputError(f"no input objects under {url}; check the path (and the endpoint for s3:// URLs)")
-    return trimmed, sorted(objects, key=lambda o: o.key)
+    return str(location), objects
 
 
 # --- schemas -------------------------------------------------------------------------------

@@ -12,12 +12,13 @@
     print(q.explain())          # logical, optimised and physical plans
 
 Nothing runs until ``collect``/``sink_parquet``. Each run has its own intermediate prefix
-(``<tmp>/_croupier_tmp/<run id>``), deleted at the end, on success and on failure.
+(``<tmp>/_croupier_tmp/<run id>``, with a lease), deleted at the end, on success and on failure.
+Paths and URLs are store locations with literal names (:mod:`croupier.storage.location`).
 """
 
 from __future__ import annotations
 
-import posixpath
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ import polars as pl
 from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
-from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, resolve
+from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, input_location, resolve
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.errors import ConfigError
 from croupier.expr import Col, Expr, count, wrap
@@ -37,9 +38,10 @@ from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node
 from croupier.plan.optimize import optimize
 from croupier.dag.run import Run
 from croupier.plan.compile import Compiler, finish, preview_exchanges
-from croupier.plan.output import OutputWriter
+from croupier.plan.output import commit_stage
 from croupier.report import RunReport
-from croupier.storage import open_store, split_url
+from croupier.storage import Location, open_store, parse_location
+from croupier.storage.commit import OutputCommit, check_disjoint
 
 COLLECT_KINDS = ("polars", "arrow", "pandas")
 
@@ -55,12 +57,21 @@ class _Stores:
 
 
 def _as_url(path: str | Path) -> str:
-    text = str(path)
-    scheme = split_url(text)[0]
-    if scheme == "file" and not text.startswith("file:"):
-        # a plain absolute path, not Path.as_uri(): that would percent-encode glob characters
-        return str(Path(text).resolve()) + ("/" if text.endswith("/") else "")
-    return text
+    """The canonical URL of a scan's source (names literal, relative paths resolved now); a
+    trailing ``/`` (a folder, never a file) is kept."""
+    text = os.fspath(path)
+    url = str(parse_location(text))
+    return url + "/" if text.endswith("/") and not url.endswith("/") else url
+
+
+@dataclass(frozen=True)
+class _Output:
+    """Where and how a run writes its output."""
+
+    location: Location
+    fmt: str
+    max_rows_per_file: int | None
+    overwrite: bool
 
 
 def _scan(url: str | Path, fmt: str, config: Config | None, csv: CsvOptions | None = None) -> LazyFrame:
@@ -325,47 +336,58 @@ class LazyFrame:
         return "\n".join(parts)
 
     # --- running -----------------------------------------------------------------------------------
-    def _tmp_base(self, config: Config, output_url: str | None = None) -> str:
-        """Where a run keeps its temporaries: ``config.tmp_url``, else beside the output being
-        written, else the first scan's bucket (S3) or the system's temporary folder."""
-        if config.tmp_url:
-            return config.tmp_url.rstrip("/")
-        if output_url is not None:
-            return output_url.rstrip("/")
+    def _tmp_base(self, output: Location | None) -> Location:
+        """Where a run keeps its temporaries unless ``config.tmp_url`` says: beside the output
+        being written, else the first scan's bucket (S3) or the system's temporary folder."""
+        if output is not None:
+            return output
         first = next(n for n in _walk(self._node) if isinstance(n, Scan))
-        scheme, bucket, _ = split_url(first.spec.url)
-        if scheme == "s3":
-            return f"s3://{bucket}"
-        return Path(tempfile.gettempdir()).joinpath("croupier").as_uri()
+        scanned = parse_location(first.spec.url)
+        if scanned.is_s3:
+            return Location("s3", scanned.bucket, "")
+        return parse_location(os.path.join(tempfile.gettempdir(), "croupier"))
 
-    def _run(self, sink: Sink, config: Config | None, executor: Executor | None, read: bool, job: str = "query", output: OutputWriter | None = None) -> tuple[pl.DataFrame | None, StageOutput, QueryResult]:
-        """Run the plan into ``sink``; with ``output``, check the output location first and commit
-        it when the last stage has finished (its requests count as the driver's)."""
+    def _inputs(self) -> list[Location]:
+        """The locations the query reads (a glob's folder stands for the glob)."""
+        return [input_location(n.spec.url) for n in _walk(self._node) if isinstance(n, Scan)]
+
+    def _run(self, sink: Sink | None, config: Config | None, executor: Executor | None, read: bool, job: str = "query", output: _Output | None = None) -> tuple[pl.DataFrame | None, StageOutput, QueryResult]:
+        """Run the plan into ``sink``, or with ``output`` into that output: refused before any
+        work if it overlaps an input; its writer lock taken and its location checked first; its
+        manifest written when the last stage has finished (its requests count as the driver's)."""
         config = config or self.config
+        if output is not None:
+            check_disjoint(output.location, self._inputs())
         run = Run(job, config, executor)
         config = run.config  # the executor's platform limits (e.g. Lithops) included
-        runner = DagRunner(run, f"{self._tmp_base(config, output.url if output is not None else None)}/_croupier_tmp/{run.run_id}")
-        compiler = Compiler(runner, config)
         result = QueryResult()
+        runner: DagRunner | None = None
+        commit: OutputCommit | None = None
         try:
+            runner = DagRunner(run, str(run.open_tmp(self._tmp_base(output.location if output is not None else None))))
+            result.compiler = compiler = Compiler(runner, config)
             if output is not None:
-                output.attach(run.store(output.url), run.run_id)
-                output.begin()
+                commit = run.begin_output(output.location, output.overwrite)
+                sink = OutputSink(str(output.location), output.fmt, commit.tag, output.max_rows_per_file)
+            assert sink is not None
             last = finish(compiler, compiler.compile(self.optimized_plan()), sink)
             out = runner.result(last)
             frame = read_output(runner, out) if read else None
-            if output is not None:
-                result.files = output.commit(out, {"job": job, "run_id": run.run_id})
+            if commit is not None:
+                result.files = commit_stage(commit, out, {"job": job, "run_id": run.run_id})
         except BaseException:
-            runner.wait_all()
-            if output is not None:
-                output.abort()
+            if runner is not None:
+                runner.wait_all()
+            run.drain()  # losing backup copies on Lithops end before their parts are deleted
+            if commit is not None:
+                commit.abort()
             raise
         finally:
-            runner.close()
+            if runner is not None:
+                runner.close()
+                result.outputs, result.tmp_url = list(runner.outputs), runner.tmp_url
             run.drain()  # losing backup copies on Lithops end before the temporaries go
-            run.store(runner.tmp_url).delete_prefix()
-            result.outputs, result.notes, result.compiler, result.tmp_url = list(runner.outputs), compiler.notes, compiler, runner.tmp_url
+            result.notes = result.compiler.notes if result.compiler is not None else []
             result.report = run.finish()
             self.last_run = result
         return frame, out, result
@@ -399,10 +421,9 @@ class LazyFrame:
         return self._sink(path, "parquet", max_rows_per_file, overwrite, config, executor)
 
     def _sink(self, path: str | Path, fmt: str, max_rows_per_file: int | None, overwrite: bool, config: Config | None, executor: Executor | None, job: str = "query") -> list[str]:
-        url = _as_url(str(path).rstrip("/"))
-        writer = OutputWriter(url, overwrite)
-        _, _, result = self._run(OutputSink(url, fmt, writer.tag, max_rows_per_file), config, executor, read=False, job=job, output=writer)
-        return [posixpath.join(url, f) for f in result.files]
+        location = parse_location(path)
+        _, _, result = self._run(None, config, executor, read=False, job=job, output=_Output(location, fmt, max_rows_per_file, overwrite))
+        return [str(location.join(f)) for f in result.files]
 
 
 def _walk(node: Node) -> Iterable[Node]:

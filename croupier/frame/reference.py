@@ -14,7 +14,6 @@ common-subplan elimination computes it once.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import polars as pl
 
@@ -40,7 +39,7 @@ from croupier.plan.logical import (
     Window,
 )
 from croupier.plan.lower import lower
-from croupier.storage import open_store, split_url
+from croupier.storage import open_store, parse_location
 
 
 def to_polars(node: Node, partials: int = 0) -> pl.LazyFrame:
@@ -142,13 +141,13 @@ def _apply(frame: pl.LazyFrame, op: Operator) -> pl.LazyFrame:
 
 
 def _scan(node: Scan) -> pl.LazyFrame:
-    if split_url(node.spec.url)[0] != "file":
+    if parse_location(node.spec.url).is_s3:
         raise ConfigError(f"to_polars() reads local files only, not {node.spec.url}")
     if node.spec.format == "gensort":
         raise ConfigError("to_polars() cannot read gensort files")
     config = Config()
     base, objects = resolve(node.spec.url, lambda url: open_store(url, config))
-    files = [str(Path(split_url(base)[2]) / o.key) for o in objects]
+    files = [parse_location(base).join(o.key).path for o in objects]
     csv = node.spec.csv
     if node.spec.format == "parquet":
         scan = pl.scan_parquet(files)

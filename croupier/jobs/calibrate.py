@@ -27,7 +27,7 @@ from croupier.compute.context import TaskContext
 from croupier.config import Config
 from croupier.dag.run import make_executor
 from croupier.model.profile import Curve, Prices, StorageProfile
-from croupier.storage import open_store
+from croupier.storage import open_store, parse_location
 from croupier.units import parse_size
 
 QUICK_SIZES = ("4KiB", "64KiB", "1MiB", "16MiB", "64MiB")
@@ -181,11 +181,13 @@ def fit_exchanges(url: str, config: Config, profile: StorageProfile) -> StorageP
 
     unit = replace(profile, io_scale=1.0, compute_scale=1.0, startup_seconds=0.0, wave_seconds=0.0)
     rows, measured = [], []
+    base = parse_location(url)
+    fit_in, fit_out = str(base.child("fit-in")), str(base.child("fit-out"))
     with make_executor(config) as executor:
         for size, p, groups, combine in FIT_RUNS:
-            gensort(f"{url}/fit-in", size, 2, config, overwrite=True, executor=executor)
+            gensort(fit_in, size, 2, config, overwrite=True, executor=executor)
             plan = ExchangePlan(Topology(groups), combine)
-            measured.append(min(_exchange_seconds(sort(f"{url}/fit-in", f"{url}/fit-out", p, config, overwrite=True, executor=executor, plan=plan)) for _ in range(FIT_REPEATS)))
+            measured.append(min(_exchange_seconds(sort(fit_in, fit_out, p, config, overwrite=True, executor=executor, plan=plan)) for _ in range(FIT_REPEATS)))
             pred = predict(plan, size, unit, config.concurrency)
             terms = [t for stage in pred.stages for t in stage.terms]
             io = sum(t.seconds for t in terms if t.name.startswith(("read", "write")))
@@ -235,7 +237,7 @@ def calibrate(url: str, config: Config, quick: bool = True, name: str | None = N
         prices=Prices(source="none: a self-hosted store; put prices in the profile to use the cost objective"),
         fit={"read_mape_percent": round(read_err, 2), "write_mape_percent": round(write_err, 2)},
     )
-    return fit_exchanges(f"{url}/_fit", config, profile) if fit else profile
+    return fit_exchanges(str(parse_location(url).child("_fit")), config, profile) if fit else profile
 
 
 def describe(profile: StorageProfile) -> str:

@@ -18,7 +18,7 @@ from croupier.exchange.plan import ExchangePlan, LevelCount, all_plans
 from croupier.jobs.common import read_manifest
 from croupier.jobs.sort import sort
 from croupier.report import RunReport
-from croupier.storage import open_store
+from croupier.storage import open_store, parse_location
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def run_all(input_url: str, work_url: str, workers: int, config: Config, plans: 
     """Sort ``input_url`` with every plan; raise :class:`ValidationError` if outputs differ."""
     runs = []
     for i, plan in enumerate(plans or all_plans(workers)):
-        out = f"{work_url.rstrip('/')}/out-{i}"
+        out = str(parse_location(work_url).child(f"out-{i}"))
         report = sort(input_url, out, workers, config, overwrite=True, executor=executor, plan=plan)
         runs.append(PlanRun(plan, report, measured_levels(report, plan), output_digest(out, config)))
         open_store(out, config).delete_prefix()

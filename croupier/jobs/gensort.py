@@ -1,7 +1,8 @@
 """The gensort job: write TeraSort input as N objects, generated in parallel by the workers.
 
 One stage on the DAG runner: each task generates its range of records (record ``i`` depends only
-on the seed and ``i``) and writes it as one output part; the ``_SUCCESS`` manifest commits them.
+on the seed and ``i``) and writes it as one output part; the ``_SUCCESS`` manifest commits them
+(the commit protocol of :mod:`croupier.storage.commit`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from croupier.dag.task import GenerateRead
 from croupier.errors import ConfigError
 from croupier.dag.run import Run
 from croupier.ops.records import RECORD_SIZE
-from croupier.plan.output import OutputWriter
+from croupier.plan.output import commit_stage
 from croupier.report import RunReport
+from croupier.storage import parse_location
+from croupier.storage.commit import OutputCommit
 from croupier.units import format_bytes
 
 
@@ -36,22 +39,27 @@ def gensort(
         raise ConfigError(f"parts must be >= 1, got {parts}")
     records = size // RECORD_SIZE
     bounds = [records * i // parts for i in range(parts + 1)]
-    writer = OutputWriter(output_url, overwrite)
+    output = parse_location(output_url)
     run = Run("gensort", config, executor)
-    runner = DagRunner(run, f"{(run.config.tmp_url or output_url).rstrip('/')}/_croupier_tmp/{run.run_id}")
+    runner: DagRunner | None = None
+    commit: OutputCommit | None = None
     try:
-        writer.attach(run.store(output_url), run.run_id)
-        writer.begin()
+        runner = DagRunner(run, str(run.open_tmp(output)))
+        commit = run.begin_output(output, overwrite)
         reads = tuple(GenerateRead(bounds[i], bounds[i + 1] - bounds[i], seed, ascii_keys) for i in range(parts))
-        stage = Stage("generate", TaskSource(reads), sink=OutputSink(output_url, "records-gensort", writer.tag), rep="records")
+        stage = Stage("generate", TaskSource(reads), sink=OutputSink(str(output), "records-gensort", commit.tag), rep="records")
         out = runner.result(stage)
-        writer.commit(out, {"job": "gensort", "run_id": run.run_id, "records": records, "seed": seed, "ascii": ascii_keys})
+        commit_stage(commit, out, {"job": "gensort", "run_id": run.run_id, "seed": seed, "ascii": ascii_keys})
         run.report.summary.update(records=records, bytes=format_bytes(records * RECORD_SIZE), parts=parts, seed=seed, ascii=ascii_keys)
     except BaseException:
-        writer.abort()
+        if runner is not None:
+            runner.wait_all()
+        if commit is not None:
+            commit.abort()
         raise
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
         report = run.finish()
     return report
 

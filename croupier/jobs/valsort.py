@@ -21,13 +21,14 @@ from croupier.dag.runner import DagRunner
 from croupier.dag.stage import ResultSink, Stage, TaskSource
 from croupier.dag.task import PiecesRead
 from croupier.errors import InputError
-from croupier.jobs.common import list_inputs, read_manifest
+from croupier.jobs.common import list_inputs
 from croupier.dag.run import Run
 from croupier.ops.formats import detect_format
 from croupier.ops.records import RECORD_SIZE, RecordRuns, add_checksums, checksum, duplicate_count, key_columns, unsorted_count
 from croupier.ops.terasort import Piece, row_group_pieces
 from croupier.report import RunReport
-from croupier.storage import ObjectInfo, Store
+from croupier.storage import ObjectInfo, Store, parse_location
+from croupier.storage.commit import read_parts
 
 CHUNK_RECORDS = 1 << 19  # 52 MB of records per ranged read
 
@@ -116,23 +117,21 @@ def _pieces(store: Store, objects: list[ObjectInfo]) -> list[Piece]:
 
 def _output_objects(store: Store) -> list[ObjectInfo]:
     """The output's objects: those ``_SUCCESS`` lists (checked to exist), else all data objects."""
-    manifest = read_manifest(store)
-    if manifest is None or "parts" not in manifest or not isinstance(manifest["parts"], list):
-        return list_inputs(store)
-    listed = {o.key: o for o in store.list()}
-    objects = []
-    for part in manifest["parts"]:
-        if part["key"] not in listed:
-            raise InputError(f"{store.url}: _SUCCESS lists {part['key']} but it is missing")
-        objects.append(listed[part["key"]])
+    objects = read_parts(store)
+    if not objects:
+        raise InputError(f"no output objects under {store.url}; check the path (and the endpoint for s3:// URLs)")
     return objects
 
 
 def valsort(output_url: str, config: Config, input_url: str | None = None, executor: Executor | None = None) -> tuple[ValsortResult, RunReport]:
     """Validate the sorted output under ``output_url`` (against ``input_url`` when given)."""
+    output = parse_location(output_url)
     run = Run("valsort", config, executor)
-    runner = DagRunner(run, f"{(run.config.tmp_url or output_url).rstrip('/')}/_croupier_tmp/{run.run_id}")
+    runner: DagRunner | None = None
     try:
+        runner = DagRunner(run, str(run.open_tmp(output)))
+        output_url = str(output)
+        input_url = str(parse_location(input_url)) if input_url is not None else None
         out_store = run.store(output_url)
         outputs = _pieces(out_store, _output_objects(out_store))
         stages = [_summary_stage("validate", output_url, outputs, True)]
@@ -147,7 +146,8 @@ def valsort(output_url: str, config: Config, input_url: str | None = None, execu
         run.report.summary.update({k: v for k, v in result.to_dict().items() if k != "problems"})
         run.report.summary["problems"] = "; ".join(result.problems) or "none"
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
         report = run.finish()
     return result, report
 

@@ -52,6 +52,7 @@ class FaultyBackend(Backend):
 
     def __init__(self, inner: Backend, spec: FaultSpec, sleep: Callable[[float], None] = time.sleep) -> None:
         self.inner = inner
+        self.location = inner.location
         self.spec = spec
         self.delete_batch = inner.delete_batch
         self._rng = random.Random(spec.seed)
@@ -86,6 +87,12 @@ class FaultyBackend(Backend):
     def put(self, key: str, parts: Sequence[Buffer]) -> None:
         self._call("PUT", key, lambda: self.inner.put(key, parts), write=True)
 
+    def put_create(self, key: str, parts: Sequence[Buffer]) -> str:
+        return self._call("PUT", key, lambda: self.inner.put_create(key, parts), write=True)
+
+    def put_replace(self, key: str, parts: Sequence[Buffer], version: str) -> str:
+        return self._call("PUT", key, lambda: self.inner.put_replace(key, parts, version), write=True)
+
     def get(self, key: str) -> Buffer:
         return self._call("GET", key, lambda: self.inner.get(key))
 
@@ -104,8 +111,11 @@ class FaultyBackend(Backend):
     def delete(self, keys: Sequence[str]) -> None:
         self._call("DELETE", keys[0] if keys else "", lambda: self.inner.delete(keys), write=True)
 
-    def purge_partial(self, prefix: str) -> None:
-        self.inner.purge_partial(prefix)
+    def purge_partial(self, prefix: str, contains: str = "") -> None:
+        self.inner.purge_partial(prefix, contains)
+
+    def subfolders(self, prefix: str) -> list[str]:
+        return self.inner.subfolders(prefix)
 
     def close(self) -> None:
         self.inner.close()

@@ -2,6 +2,11 @@
 
 obstore's own retries are switched off: :class:`croupier.storage.Store` retries transient failures
 itself, in one place, so that every attempt is counted and every backend behaves alike.
+
+Conditional writes are S3's: ``put_create`` sends ``If-None-Match: *`` (obstore's ``mode="create"``;
+AWS S3 since August 2024, SeaweedFS 4.48 and MinIO answer 412 when the key exists) and
+``put_replace`` sends ``If-Match: <etag>`` (obstore's update mode; 412 when the ETag differs, 404
+or 412 when the object is gone). A version is the object's ETag.
 """
 
 from __future__ import annotations
@@ -11,12 +16,21 @@ from datetime import timedelta
 from typing import Sequence
 
 import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import S3Store
 
 from croupier.config import S3Options
-from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
+from croupier.errors import (
+    ConfigError,
+    ObjectExists,
+    ObjectNotFound,
+    StorageError,
+    TransientStorageError,
+    VersionMismatch,
+)
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
+from croupier.storage.location import MAX_S3_KEY_BYTES, Location, check_key, check_prefix
 
 _TRANSIENT_MARKERS = (
     "status code: 5",
@@ -35,35 +49,62 @@ _TRANSIENT_MARKERS = (
 class S3Backend(Backend):
     """Objects under ``prefix`` in ``bucket`` of an S3-compatible endpoint."""
 
-    def __init__(self, bucket: str, prefix: str, options: S3Options, request_timeout: float) -> None:
-        self._bucket = bucket
-        self._prefix = prefix.strip("/")
+    def __init__(self, location: Location, options: S3Options, request_timeout: float) -> None:
+        if not location.is_s3:
+            raise StorageError(f"{location} is not an S3 location")
+        self.location = location
+        self._prefix = location.path
         self._endpoint = options.endpoint
-        self._store = S3Store(bucket, **_store_kwargs(self._prefix, options, request_timeout))
+        self._store = S3Store(location.bucket, **_store_kwargs(self._prefix, options, request_timeout))
 
     @property
     def url(self) -> str:
-        root = f"s3://{self._bucket}/{self._prefix}".rstrip("/")
+        root = str(self.location)
         return f"{root} (endpoint {self._endpoint})" if self._endpoint else root
 
+    def _key(self, key: str) -> str:
+        """``key``, checked like every store checks keys, and within S3's key length."""
+        check_key(key, str(self.location))
+        if len(self._prefix.encode()) + 1 + len(key.encode()) > MAX_S3_KEY_BYTES:
+            raise ConfigError(f"{self.location}/{key}: S3 keys are at most {MAX_S3_KEY_BYTES} bytes")
+        return key
+
     def put(self, key: str, parts: Sequence[Buffer]) -> None:
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._call(key, lambda: obstore.put(self._store, key, data))
+        data = _joined(parts)
+        self._call(self._key(key), lambda: obstore.put(self._store, key, data))
+
+    def put_create(self, key: str, parts: Sequence[Buffer]) -> str:
+        data = _joined(parts)
+        try:
+            result = self._call(self._key(key), lambda: obstore.put(self._store, key, data, mode="create"))
+        except _Conditional as exc:
+            raise ObjectExists(f"{self.url}/{key} already exists") from exc.__cause__
+        return str(result["e_tag"])
+
+    def put_replace(self, key: str, parts: Sequence[Buffer], version: str) -> str:
+        data = _joined(parts)
+        try:
+            result = self._call(self._key(key), lambda: obstore.put(self._store, key, data, mode={"e_tag": version}))
+        except (_Conditional, ObjectNotFound) as exc:
+            raise VersionMismatch(f"{self.url}/{key}: expected version {version}, but the object changed or is gone") from exc
+        return str(result["e_tag"])
 
     def get(self, key: str) -> Buffer:
-        return self._call(key, lambda: obstore.get(self._store, key).bytes())  # type: ignore[no-any-return]
+        return self._call(self._key(key), lambda: obstore.get(self._store, key).bytes())  # type: ignore[no-any-return]
 
     def get_range(self, key: str, start: int, end: int) -> Buffer:
         if end <= start:
             self.head(key)  # a zero-length range still fails for a missing object
             return b""
-        return self._call(key, lambda: obstore.get_range(self._store, key, start=start, end=end))  # type: ignore[no-any-return]
+        return self._call(self._key(key), lambda: obstore.get_range(self._store, key, start=start, end=end))  # type: ignore[no-any-return]
 
     def head(self, key: str) -> ObjectInfo:
-        meta = self._call(key, lambda: obstore.head(self._store, key))
-        return ObjectInfo(key, int(meta["size"]))
+        meta = self._call(self._key(key), lambda: obstore.head(self._store, key))
+        return ObjectInfo(key, int(meta["size"]), meta.get("e_tag"))
 
     def list_pages(self, prefix: str) -> list[list[ObjectInfo]]:
+        check_prefix(prefix, str(self.location))
+
         def run() -> list[list[ObjectInfo]]:
             folder = prefix.rpartition("/")[0] or None
             stream = obstore.list(self._store, prefix=folder, chunk_size=1000)
@@ -76,11 +117,14 @@ class S3Backend(Backend):
 
     def rename(self, src: str, dst: str) -> None:
         """Server-side copy, then delete of the source (S3 has no rename)."""
-        self._call(src, lambda: obstore.copy(self._store, src, dst, overwrite=True))
+        self._key(dst)
+        self._call(self._key(src), lambda: obstore.copy(self._store, src, dst, overwrite=True))
         self.delete([src])
 
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
+            for key in keys:
+                self._key(key)
             self._call(keys[0], lambda: obstore.delete(self._store, list(keys)))
 
     def _call(self, key: str, fn):  # type: ignore[no-untyped-def]
@@ -89,6 +133,8 @@ class S3Backend(Backend):
             return fn()
         except FileNotFoundError as exc:
             raise ObjectNotFound(f"{self.url}/{key}") from exc
+        except (AlreadyExistsError, PreconditionError) as exc:
+            raise _Conditional(f"{self.url}/{key}: precondition failed") from exc
         except (ObstoreError, OSError, RuntimeError) as exc:
             text = str(exc).split("\n\nDebug source:")[0]
             if "169.254.169.254" in text or "latest/api/token" in text:
@@ -99,6 +145,14 @@ class S3Backend(Backend):
             if any(marker in text.lower() for marker in _TRANSIENT_MARKERS):
                 raise TransientStorageError(f"transient error on {self.url}/{key}: {text}") from exc
             raise StorageError(f"storage error on {self.url}/{key}: {text}") from exc
+
+
+class _Conditional(StorageError):
+    """A conditional write's condition did not hold (HTTP 412); the caller names the meaning."""
+
+
+def _joined(parts: Sequence[Buffer]) -> Buffer:
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _store_kwargs(prefix: str, options: S3Options, request_timeout: float) -> dict[str, object]:

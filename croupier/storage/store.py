@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from croupier.config import RetryPolicy
-from croupier.errors import ObjectNotFound, StorageError, TransientStorageError
+from croupier.errors import ObjectExists, ObjectNotFound, StorageError, TransientStorageError, VersionMismatch
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
+from croupier.storage.location import Location
 from croupier.storage.stats import IOStats
 
 if TYPE_CHECKING:
@@ -58,8 +59,14 @@ class Store:
 
     @property
     def url(self) -> str:
-        """URL of this view's root (without credentials)."""
-        return f"{self.backend.url}/{self.prefix}".rstrip("/")
+        """URL of this view's root (without credentials), for messages."""
+        return f"{self.backend.url}/{self.prefix[:-1]}" if self.prefix else self.backend.url
+
+    @property
+    def location(self) -> Location:
+        """This view's root as a location."""
+        root = self.backend.location
+        return root.join(self.prefix) if self.prefix else root
 
     def sub(self, prefix: str) -> Store:
         """Return a view rooted at ``prefix`` below this one; it shares backend and counters."""
@@ -71,10 +78,70 @@ class Store:
         Any object with the buffer protocol (bytes, memoryview, numpy arrays, pyarrow buffers)
         counts as one buffer.
         """
-        raw = data if isinstance(data, (list, tuple)) else [data]
-        parts = [_byte_view(p) for p in raw]
+        parts = _parts(data)
         size = sum(p.nbytes for p in parts)
         self._run("PUT", key, lambda: self.backend.put(self.prefix + key, parts), lambda _: size)
+
+    def put_create(self, key: str, data: Buffer | Sequence[Buffer]) -> str:
+        """Store ``data`` at ``key`` only if no object is there (one PUT); return its version.
+
+        Raises :class:`ObjectExists` if one is. A retry after a create whose answer was lost
+        finds the object there: that counts as success only if the stored bytes are exactly ours.
+        """
+        parts = _parts(data)
+        tries = [0]
+
+        def create() -> str:
+            tries[0] += 1
+            try:
+                return self.backend.put_create(self.prefix + key, parts)
+            except ObjectExists:
+                if tries[0] > 1:
+                    mine = self._ours(key, parts)
+                    if mine is not None:
+                        return mine
+                raise
+
+        return self._conditional(key, create, parts)
+
+    def put_replace(self, key: str, data: Buffer | Sequence[Buffer], version: str) -> str:
+        """Replace the object at ``key`` only if its version is ``version`` (one PUT); return the
+        new version. Raises :class:`VersionMismatch` otherwise. A retry after a replace whose
+        answer was lost counts as success only if the stored bytes are exactly ours."""
+        parts = _parts(data)
+        tries = [0]
+
+        def replace() -> str:
+            tries[0] += 1
+            try:
+                return self.backend.put_replace(self.prefix + key, parts, version)
+            except VersionMismatch:
+                if tries[0] > 1:
+                    mine = self._ours(key, parts)
+                    if mine is not None:
+                        return mine
+                raise
+
+        return self._conditional(key, replace, parts)
+
+    def _conditional(self, key: str, call: Callable[[], str], parts: Sequence[memoryview]) -> str:
+        """Run a conditional PUT; one whose condition failed was answered, so it is counted too."""
+        try:
+            return self._run("PUT", key, call, lambda _: sum(p.nbytes for p in parts))
+        except (ObjectExists, VersionMismatch):
+            self.stats.record("PUT", 0)
+            raise
+
+    def _ours(self, key: str, parts: Sequence[memoryview]) -> str | None:
+        """The version of the object at ``key`` if it holds exactly ``parts`` (else None)."""
+        try:
+            info = self.backend.head(self.prefix + key)
+            stored = self.backend.get(self.prefix + key)
+        except ObjectNotFound:
+            return None
+        if memoryview(stored).tobytes() != b"".join(parts) or info.version is None:
+            return None
+        return info.version
 
     def get(self, key: str) -> Buffer:
         """Return the whole object at ``key``."""
@@ -112,9 +179,9 @@ class Store:
         return list(self._pool.map(lambda r: self.get_range(key, r[0], r[1]), ranges))
 
     def head(self, key: str) -> ObjectInfo:
-        """Return the key and size of one object."""
+        """Return the key, size and version of one object."""
         info = self._run("HEAD", key, lambda: self.backend.head(self.prefix + key), lambda _: 0)
-        return ObjectInfo(key, info.size)
+        return ObjectInfo(key, info.size, info.version)
 
     def exists(self, key: str) -> bool:
         """Whether an object is stored at ``key`` (one HEAD)."""
@@ -187,6 +254,12 @@ class Store:
             self.stats.record(kind, size_of(result), seconds=time.perf_counter() - started)
             return result
         raise AssertionError("unreachable: RetryPolicy.attempts must be >= 1")
+
+
+def _parts(data: Buffer | Sequence[Buffer]) -> list[memoryview]:
+    """``data`` as a list of flat byte views (one buffer, or a list/tuple of parts)."""
+    raw = data if isinstance(data, (list, tuple)) else [data]
+    return [_byte_view(p) for p in raw]
 
 
 def _byte_view(buf: Buffer) -> memoryview:
