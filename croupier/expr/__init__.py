@@ -16,7 +16,7 @@ Modules: :mod:`~croupier.expr.nodes` (the nodes and constructors), :mod:`~croupi
 :mod:`~croupier.expr.analysis` (conjuncts, pruning, rewrites).
 """
 
-from croupier.expr.analysis import conjoin, conjuncts, extract, fold, is_window_root, may_match, transform, walk
+from croupier.expr.analysis import conjoin, conjuncts, disjuncts, extract, factor_or, fold, is_window_root, may_match, transform, walk
 from croupier.expr.functions import FUNCTIONS, like_regex
 from croupier.expr.namespaces import DtNamespace, StrNamespace
 from croupier.expr.nodes import (
@@ -52,6 +52,8 @@ from croupier.expr.nodes import (
 )
 
 __all__ = [
+    "disjuncts",
+    "factor_or",
     "AGGREGATIONS", "FUNCTIONS", "Agg", "Alias", "Binary", "Cast", "Col", "DtNamespace", "Expr", "Func", "IsIn",
     "IsInFrame", "Lit", "Over", "ScalarFrame", "StrNamespace", "Unary", "When", "as_dtype", "coalesce", "col",
     "concat_str", "conjoin", "conjuncts", "count", "dtype_name", "extract", "fold", "int_range", "is_window_root",

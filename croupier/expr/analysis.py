@@ -68,6 +68,35 @@ def conjuncts(expr: Expr) -> list[Expr]:
     return [expr]
 
 
+def disjuncts(expr: Expr) -> list[Expr]:
+    """Split ``a | b | c`` into [a, b, c]."""
+    if isinstance(expr, Binary) and expr.op == "|":
+        return disjuncts(expr.left) + disjuncts(expr.right)
+    return [expr]
+
+
+def factor_or(expr: Expr) -> Expr:
+    """Conjuncts every branch of a disjunction shares, taken out: ``(a & b) | (a & c)`` becomes
+    ``a & (b | c)`` (distributivity, which holds in SQL's three-valued logic too). A join
+    condition written inside every branch of an OR (TPC-H q19) becomes a join key this way."""
+    branches = [conjuncts(b) for b in disjuncts(expr)]
+    if len(branches) < 2:
+        return expr
+    common = set.intersection(*({c.show() for c in b} for b in branches))
+    if not common:
+        return expr
+    shared = [c for c in branches[0] if c.show() in common]
+    rests = [conjoin([c for c in b if c.show() not in common]) for b in branches]
+    if any(r is None for r in rests):  # a branch is all common: (a) | (a & c) is a
+        out = conjoin(shared)
+        return expr if out is None else out
+    either: Expr = rests[0]  # type: ignore[assignment]
+    for r in rests[1:]:
+        either = Binary("|", either, r)  # type: ignore[arg-type]
+    out = conjoin([*shared, either])
+    return expr if out is None else out
+
+
 def conjoin(parts: list[Expr]) -> Expr | None:
     """The AND of ``parts`` (None when empty)."""
     out: Expr | None = None

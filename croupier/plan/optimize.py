@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from croupier.errors import ConfigError
-from croupier.expr import Col, Expr, conjoin, conjuncts
+from croupier.expr import Binary, Col, Expr, conjoin, conjuncts, factor_or
 from croupier.plan.logical import (
     Aggregate,
     Distinct,
@@ -93,7 +93,7 @@ class _Predicates:
 
     def _push(self, node: Node, preds: list[Expr]) -> Node:
         if isinstance(node, Filter):
-            return self.push(node.input, preds + conjuncts(node.predicate))
+            return self.push(node.input, preds + [c for p in conjuncts(node.predicate) for c in conjuncts(factor_or(p))])
         if isinstance(node, Scan):
             parts = ([node.spec.predicate] if node.spec.predicate is not None else []) + preds
             return Scan(replace(node.spec, predicate=conjoin(parts)), node.file_schema)
@@ -135,7 +135,24 @@ class _Predicates:
             else:
                 keep.append(p)
         left, right = self.push(node.left, to_left), self.push(node.right, to_right)
+        if node.how == "cross":
+            pairs = _equi_keys(keep, left_cols, right_named)
+            if pairs:  # a cross join filtered on left = right columns is an equi-join on them
+                left_on, right_on = zip(*pairs)
+                return _wrap(Join(left, right, left_on, right_on, "inner", node.suffix, False), keep)
         return _wrap(Join(left, right, node.left_on, node.right_on, node.how, node.suffix, node.coalesce), keep)
+
+
+def _equi_keys(preds: list[Expr], left: set[str], right: set[str]) -> list[tuple[str, str]]:
+    """(left column, right column) of every ``col == col`` conjunct across the two sides."""
+    pairs = []
+    for p in preds:
+        if isinstance(p, Binary) and p.op == "==" and isinstance(p.left, Col) and isinstance(p.right, Col):
+            a, b = p.left.name, p.right.name
+            pair = (a, b) if a in left and b in right else (b, a) if b in left and a in right else None
+            if pair is not None and all(pair[0] != x and pair[1] != y for x, y in pairs):
+                pairs.append(pair)
+    return pairs
 
 
 class _Projections:
