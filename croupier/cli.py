@@ -75,14 +75,16 @@ def _guard(fn: F) -> F:
 @click.option("--executor", type=click.Choice(["local", "lithops"]), default=None, help="Where functions run: local processes (default) or Lithops.")
 @click.option("--lithops-config", default=None, help="Lithops configuration file (default: Lithops' own lookup).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@click.option("--calibrate/--no-calibrate", "calibrate", default=None, help="Calibrate a store on its first run here and refine its profile from every run (default), or use the shipped profile.")
 @click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
 @click.pass_context
-def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, executor: str | None, lithops_config: str | None, progress: bool | None, verbose: bool) -> None:
+def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, executor: str | None, lithops_config: str | None, progress: bool | None, calibrate: bool | None, verbose: bool) -> None:
     """Croupier: serverless-style data analytics through object storage."""
     try:
         config = Config.from_env(
             concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress,
             profile=profile_name, max_workers=max_workers, executor=executor, lithops_config=lithops_config,
+            calibration=None if calibrate is None else ("auto" if calibrate else "off"),
         )  # fmt: skip
     except (CroupierError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -171,20 +173,33 @@ def _plan(workers: int | None, topology: str | None, levels: int | None, combine
 
 
 @main.command("calibrate")
-@click.option("--store", "store_url", required=True, help="Store to measure, e.g. s3://bucket/scratch or file:///tmp/x.")
-@click.option("--quick", is_flag=True, help="A small grid (about half a minute here; under 2 minutes).")
+@click.option("--store", "store_url", default=None, help="Store to measure, e.g. s3://bucket/scratch or file:///tmp/x (objects under it are deleted afterwards).")
+@click.option("--quick", is_flag=True, help="What a first run does (about 10 s); default: a larger calibration (about 90 s).")
 @click.option("--out", "out_path", required=True, help="Where to save the profile (JSON).")
 @click.option("--name", default=None, help="Profile name (default: the store URL).")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="Also make it this machine's profile of the store (runs use it).")
+@click.option("--from-reports", "reports", multiple=True, help="Refit the profile (--profile, or the store's) to these run reports (JSON from --report) instead of measuring; repeatable.")
 @click.option("--plot", "plot_path", default=None, help="Also plot the fitted curves to this PNG (needs the plots extra).")
 @click.pass_context
 @_guard
-def calibrate_cmd(ctx: click.Context, store_url: str, quick: bool, out_path: str, name: str | None, plot_path: str | None) -> None:
-    """Measure a store with real concurrent workers; fit and save its performance profile."""
-    from croupier.jobs.calibrate import calibrate, describe
+def calibrate_cmd(ctx: click.Context, store_url: str | None, quick: bool, out_path: str, name: str | None, cache: bool, reports: tuple[str, ...], plot_path: str | None) -> None:
+    """Measure a store (a grid of requests, then a standard workload of stages) and fit its profile,
+    every coefficient with its standard error; or refit a profile from stored run reports."""
+    from croupier.jobs.calibrate import calibrate, describe, from_reports
+    from croupier.model.profile import profile_for
 
-    profile = calibrate(store_url, _config(ctx), quick=quick, name=name)
+    config = _config(ctx)
+    if reports:
+        base = profile_for(config, store_url or "file:///")
+        result = from_reports(reports, base, config.concurrency)
+    elif store_url is None:
+        raise click.UsageError("give --store to measure, or --from-reports to refit")
+    else:
+        result = calibrate(store_url, config, quick=quick, name=name, cache=cache).result
+    profile = replace(result.profile, name=name) if name else result.profile
     profile.save(out_path)
     click.echo(describe(profile))
+    click.echo(result.describe())
     click.echo(f"profile saved to {out_path}")
     if plot_path:
         from croupier.model.plots import plot_profile
@@ -205,9 +220,8 @@ def calibrate_cmd(ctx: click.Context, store_url: str, quick: bool, out_path: str
 @_guard
 def explain_cmd(ctx: click.Context, input_url: str | None, size: int | None, workers: int | None, objective: str, budget: float | None, profile_name: str | None, rows: int) -> None:
     """Show what the selector would choose for sorting IN (or --size bytes), and why."""
-    from croupier.config import default_profile_name
     from croupier.jobs.common import list_inputs
-    from croupier.model.profile import StorageProfile
+    from croupier.model.profile import StorageProfile, profile_for
     from croupier.model.selector import choose
     from croupier.storage import open_store
 
@@ -216,10 +230,9 @@ def explain_cmd(ctx: click.Context, input_url: str | None, size: int | None, wor
         if input_url is None:
             raise click.UsageError("give IN (its size is measured) or --size")
         size = sum(o.size for o in list_inputs(open_store(input_url, config)))
-    name = profile_name or config.profile or default_profile_name(input_url or "file:///", config.s3)
-    profile = StorageProfile.load(name)
+    profile = StorageProfile.load(profile_name) if profile_name else profile_for(config, config.tmp_url or input_url or "file:///")
     choice = choose(size, profile, objective, budget, workers=workers, concurrency=min(config.concurrency, profile.concurrency) if profile.concurrency < 100 else None, max_workers=config.max_workers)
-    click.echo(f"profile: {profile.name}")
+    click.echo(f"profile: {profile.label}")
     click.echo(choice.explain(rows))
     click.echo(choice.best.explain())
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from croupier.errors import ConfigError
@@ -110,6 +111,13 @@ class SpeculationPolicy:
 
 
 
+#: What ``Config.calibration`` may be; see there.
+CALIBRATION_MODES = ("auto", "off")
+#: The default of ``Config.calibration``, read when a Config is built (the test suite sets "off" so
+#: that tests never calibrate or touch the user's profile cache unless they ask to).
+DEFAULT_CALIBRATION = "auto"
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything a Croupier run needs to know, in one place.
@@ -160,6 +168,13 @@ class Config:
     reducers:            "lazy": a sort's reducers start after all mappers; "eager": once
                          ``eager_after`` of the mappers finished, polling for their inputs (SEER
                          §5.1; direct exchange without write combining only)
+    calibration:         "auto": with no ``profile`` given, a run uses the profile calibrated for
+                         this machine and its intermediate store (cached under ``profile_cache``),
+                         calibrates one on its first job if there is none (about 10 s, once; local
+                         executor only), and refines it from every run's measured stages; "off":
+                         the shipped profile of the store kind, no cache read or written. Default:
+                         :data:`DEFAULT_CALIBRATION` ("auto"; the test suite sets "off")
+    profile_cache:       folder of the self-calibrated profiles (default ~/.cache/croupier/profiles)
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -188,6 +203,8 @@ class Config:
     reducers: str = "lazy"
     eager_after: float = 0.25
     lease: float = parse_duration("120s")
+    calibration: str = field(default_factory=lambda: DEFAULT_CALIBRATION)
+    profile_cache: str = field(default_factory=lambda: str(Path.home() / ".cache" / "croupier" / "profiles"))
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lease, (int, float)) and math.isfinite(self.lease) and self.lease > 0):
@@ -202,6 +219,8 @@ class Config:
             raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
         if self.reducers not in ("lazy", "eager") or not 0.0 <= self.eager_after <= 1.0:
             raise ConfigError(f"reducers must be 'lazy' or 'eager' and eager_after in [0, 1], got {self.reducers!r}, {self.eager_after}")
+        if self.calibration not in CALIBRATION_MODES:
+            raise ConfigError(f"calibration must be one of {', '.join(CALIBRATION_MODES)}, got {self.calibration!r}")
         if self.executor not in ("local", "lithops"):
             raise ConfigError(f"executor must be 'local' or 'lithops', got {self.executor!r}")
         self._check_forcing()
@@ -249,6 +268,10 @@ class Config:
             values["executor"] = env["CROUPIER_EXECUTOR"]
         if env.get("CROUPIER_LEASE"):
             values["lease"] = parse_duration(env["CROUPIER_LEASE"])
+        if env.get("CROUPIER_CALIBRATION"):
+            values["calibration"] = env["CROUPIER_CALIBRATION"]
+        if env.get("CROUPIER_PROFILE_CACHE"):
+            values["profile_cache"] = env["CROUPIER_PROFILE_CACHE"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

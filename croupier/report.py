@@ -32,6 +32,8 @@ class StageReport:
     phases: dict[str, list[float]] = field(default_factory=dict)
     #: the model's prediction of this stage (seconds, dominant term, terms), from what it measured
     predicted: dict[str, Any] = field(default_factory=dict)
+    #: the stages that ran in the same executor call as this one (their wall time is the call's)
+    shared: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -50,6 +52,7 @@ class StageReport:
             "invocations": [[t, round(a, 4), round(b, 4)] for t, a, b in self.invocations],
             "phases": {k: [round(x, 6) for x in v] for k, v in self.phases.items()},
             "predicted": self.predicted,
+            "shared": list(self.shared),
             "peak_rss": self.peak_rss,
             "retried_tasks": self.retried_tasks,
         }

@@ -12,11 +12,15 @@ from typing import Iterator
 
 import pytest
 
+import croupier.config
 from croupier.config import Config, S3Options, Secret
 from croupier.storage import open_store
 from croupier.testing import SeaweedFS
 
 BUCKET = "croupier-test"
+# Tests never calibrate a store or touch the user's profile cache unless they ask to
+# (Config(calibration="auto", profile_cache=<tmp>)): set before any Config is built.
+croupier.config.DEFAULT_CALIBRATION = "off"
 
 
 @pytest.fixture(scope="session")

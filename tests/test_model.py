@@ -15,6 +15,7 @@ from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.jobs import calibrate as cal
+from croupier.model.fit import fit_curve
 from croupier.model.perf import predict
 from croupier.model.profile import Curve, Prices, StorageProfile, shipped_names
 from croupier.model.selector import choose, search_range
@@ -44,7 +45,7 @@ def test_curve_is_linear_then_flat_and_interpolates() -> None:
 
 def test_fit_recovers_a_known_curve() -> None:
     points = {(s, p): min(a * p, q) for s, a, q in ((4096, 100.0, 350.0), (65536, 40.0, 100.0)) for p in (1, 2, 4, 8)}
-    curve, error = cal.fit_curve(points, [4096, 65536])
+    curve, error = fit_curve(points, [4096, 65536])
     assert curve.per_worker == (100.0, 40.0) and curve.ceiling == (350.0, 100.0)
     assert error == 0
 
@@ -118,16 +119,20 @@ def test_profile_roundtrip_and_version_check(tmp_path: Path) -> None:
         StorageProfile.load(tmp_path / "old.json")
 
 
-def test_calibration_measures_a_real_store(store_env: tuple[str, Config], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A small grid on the local folder and on SeaweedFS: curves fitted, fit reported, JSON saved."""
+def test_calibration_grid_measures_a_real_store(store_env: tuple[str, Config]) -> None:
+    """A small request grid on the local folder and on SeaweedFS: curves fitted, fit reported, JSON saved."""
+    from croupier.compute.local import LocalExecutor
+    from croupier.dag import calibration
+
     root, config = store_env
-    monkeypatch.setattr(cal, "QUICK_SIZES", ("4KiB", "256KiB"))
-    monkeypatch.setattr(cal, "QUICK_WORKERS", (1, 2))
-    profile = cal.calibrate(f"{root}/cal", config, quick=True, name="under-test", fit=False)
-    assert profile.read.sizes == (4096.0, 262144.0)
+    with LocalExecutor(config) as executor:
+        points, streams = calibration.grid_points(executor, config, f"{root}/cal", calibration.TEST)
+    profile = calibration.grid_profile("under-test", points, streams, config, calibration.TEST)
+    assert profile.read.sizes == (4096.0, 262144.0) and streams == 2 * config.concurrency
+    assert {p for _, p in points["read"]} == {1, config.concurrency, 2 * config.concurrency}
     assert all(q > 0 for q in profile.read.per_worker + profile.write.ceiling)
     assert profile.read_bandwidth > 0 and profile.fit["read_mape_percent"] >= 0
-    assert "req/s per worker" in cal.describe(profile)
+    assert "req/s per stream" in cal.describe(profile)
     assert StorageProfile.from_dict(json.loads(profile.to_json())) == profile
 
 
@@ -152,17 +157,6 @@ def test_explain_and_calibrate_commands(tmp_path: Path) -> None:
     assert "choice:" in result.output and "dominant:" in result.output
     result = runner.invoke(main, ["explain"])
     assert result.exit_code != 0 and "give IN" in result.output
-
-
-def test_whole_exchange_fit_runs_real_sorts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The least-squares fit over real exchanges gives non-negative coefficients and reports its error."""
-    monkeypatch.setattr(cal, "FIT_RUNS", ((400_000, 2, (2,), False), (400_000, 4, (2, 2), True), (1_000_000, 4, (4,), False)))
-    monkeypatch.setattr(cal, "FIT_REPEATS", 1)
-    fitted = cal.fit_exchanges((tmp_path / "fit").as_uri(), Config(concurrency=2), toy_profile())
-    assert min(fitted.io_scale, fitted.compute_scale, fitted.startup_seconds, fitted.wave_seconds, fitted.first_touch_seconds_per_byte) >= 0
-    assert fitted.io_scale + fitted.compute_scale + fitted.startup_seconds + fitted.wave_seconds > 0
-    assert "exchange_fit_mape_percent" in fitted.fit
-    assert list((tmp_path / "fit").rglob("*")) == [] or not any(p.is_file() for p in (tmp_path / "fit").rglob("*"))
 
 
 def test_first_touch_term_favours_smaller_tasks() -> None:

@@ -64,10 +64,12 @@ class Batcher:
                 r["error"], r["done"] = exc, True
             return
         wall = time.perf_counter() - started
+        names = tuple(name for r in batch for name, _ in r["parts"])
         for r in batch:
             r["results"] = []
             for name, part in r["parts"]:
                 got = [results[t.id] for t in part]
                 r["results"].append(got)
-                self._run.record(name, got, wall)
+                report = self._run.record(name, got, wall)
+                report.shared = names if len(names) > 1 else ()  # one wall time for all of them
             r["done"] = True

@@ -13,16 +13,19 @@ Every stage boundary of every job is bound here, from measured bytes, with one p
 
 Forcing (``Config.workers``/``algorithm``/``topology``) narrows the candidates of every
 partitioned exchange; the decision records the candidates compared and why one won, for explain
-and the run report.
+and the run report. The model predicts each candidate with the phase kinds of the stages that
+will run it (:func:`stage_kinds`): a group-by's consumers are priced as hash aggregations, a
+join's as hash joins, a sort's as sorts — not as TeraSort.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 from croupier.config import Config
+from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource
 from croupier.errors import ConfigError
 from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.plan import ExchangePlan
@@ -54,14 +57,15 @@ class Decision:
 class Binder:
     """Chooses the plans of one run's exchanges (thread-safe; the profile is loaded once)."""
 
-    def __init__(self, config: Config, tmp_url: str) -> None:
+    def __init__(self, config: Config, tmp_url: str, profile: StorageProfile | None = None) -> None:
         self.config = config
         self.tmp_url = tmp_url
-        self._profile: StorageProfile | None = None
+        self._profile: StorageProfile | None = profile
         self._lock = threading.Lock()
 
     def profile(self) -> StorageProfile:
-        """The storage profile of the run's intermediate store, with this run's function memory."""
+        """The storage profile of the run's intermediate store, with this run's function memory
+        (the run's own when it was given one; else found by :func:`profile_for`)."""
         with self._lock:
             if self._profile is None:
                 self._profile = profile_for(self.config, self.tmp_url)
@@ -93,23 +97,24 @@ class Binder:
         return max(p, min(MAX_BUCKETS, BUCKETS_PER_PARTITION * p))
 
     # --- decisions --------------------------------------------------------------------------------
-    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool) -> Choice:
+    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None) -> Choice:
         config = self.config
         return choose(
             max(1, nbytes), self.profile(), config.objective, config.budget, workers=config.workers, concurrency=config.concurrency,
             max_workers=config.max_workers, algorithm=config.algorithm, senders=senders, buckets=buckets,
-            topology=self.forced_topology(), producers_done=producers_done,
+            topology=self.forced_topology(), producers_done=producers_done, phases=phases,
         )  # fmt: skip
 
-    def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured") -> Decision:
-        """P and a write-combined plan for ``nbytes`` the ``senders`` producers wrote in ``buckets``."""
-        choice = self._choose(nbytes, senders, buckets, producers_done=True)
+    def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured", phases: Phases | None = None) -> Decision:
+        """P and a write-combined plan for ``nbytes`` the ``senders`` producers wrote in ``buckets``;
+        ``phases``: the phase kinds of the stages that will run it (see :func:`stage_kinds`)."""
+        choice = self._choose(nbytes, senders, buckets, producers_done=True, phases=phases)
         return Decision(choice.best.plan, self._why(choice, nbytes, what), choice)
 
-    def early(self, nbytes: int, senders: int | None, what: str) -> Decision:
+    def early(self, nbytes: int, senders: int | None, what: str, phases: Phases | None = None) -> Decision:
         """A plan fixed before ``senders`` producers run (None: as many as consumers, TeraSort's
         mappers = reducers), for ``nbytes`` (``what`` says how D was known: "sampled", ...)."""
-        choice = self._choose(nbytes, senders, None, producers_done=False)
+        choice = self._choose(nbytes, senders, None, producers_done=False, phases=phases)
         return Decision(choice.best.plan, self._why(choice, nbytes, what), choice)
 
     def fixed(self, workers: int, senders: int, buckets: int | None) -> Decision:
@@ -142,7 +147,54 @@ class Binder:
     def _why(choice: Choice, nbytes: int, what: str) -> str:
         best = choice.best
         d = best.dominant()
-        return f"{format_bytes(nbytes)} {what} -> {best.plan.name}, P={best.workers} ({best.seconds:.3f} s predicted, dominated by {d.name}; {len(choice.candidates)} candidates)"
+        return (
+            f"{format_bytes(nbytes)} {what} -> {best.plan.name}, P={best.workers} ({best.seconds:.3f} s predicted, "
+            f"{best.low:.3f}-{best.high:.3f}; dominated by {d.name}; {len(choice.candidates)} candidates){choice.note()}"
+        )
+
+
+#: Phase kinds per role of an exchange's stages ("map", "level", "reduce"), for the model.
+Phases = dict[str, tuple[str, ...]]
+
+
+def stage_kinds(stage: Stage, format_of: Callable[[str], str]) -> tuple[str, ...]:
+    """The phase kinds ``stage``'s tasks will report (what :mod:`croupier.dag.task` names them):
+    its reads, its operators, its write. ``format_of(rep)`` is the exchange codec of a data
+    representation ("records" or "frames")."""
+    from croupier.dag.operators import RecordsToFrame
+    from croupier.dag.task import read_kind
+
+    source = stage.source
+    if isinstance(source, ScanSource):
+        kinds = [f"read:{source.spec.format}"]
+    elif isinstance(source, TaskSource):
+        kinds = [read_kind(source.reads[0])] if source.reads else []
+    else:
+        kinds = [exchange_read_kind(source, format_of)]
+    kinds += [exchange_read_kind(side, format_of) for side in stage.sides.values()]
+    kinds += [op.kind for op in stage.ops]
+    sink = stage.sink
+    rep = "frames" if stage.rep == "frames" or any(isinstance(op, RecordsToFrame) for op in stage.ops) else "records"
+    if isinstance(sink, ResultSink):
+        kinds.append("write:result")
+    elif isinstance(sink, OutputSink):
+        kinds.append(f"write:output-{sink.fmt}")
+    elif isinstance(sink, ExchangeSink):
+        part = type(sink.partitioning).__name__.removesuffix("Partitioning").lower()
+        kinds.append(f"write:exchange-{rep}-{format_of(rep)}-{part}")
+    return tuple(dict.fromkeys(kinds))
+
+
+def sort_phases(fmt: str) -> Phases:
+    """Phase kinds of a query's range-partitioned sort: the stage that cuts the materialised input
+    by splitters, and the stage that sorts each range (its write is not known yet: left out)."""
+    return {"map": (f"read:exchange-frames-{fmt}", f"write:exchange-frames-{fmt}-range"), "reduce": (f"read:exchange-frames-{fmt}", "sort")}
+
+
+def exchange_read_kind(source: ExchangeInput, format_of: Callable[[str], str]) -> str:
+    """The phase kind of reading an exchange input."""
+    rep = source.stage.rep
+    return f"read:exchange-{rep}-{format_of(rep)}"
 
 
 def _broadcast_seconds(plan: BroadcastPlan, nbytes: int, profile: StorageProfile, concurrency: int) -> float:

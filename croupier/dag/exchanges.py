@@ -16,7 +16,7 @@ from typing import Any, Callable
 from croupier.compute.base import Task
 from croupier.config import Config
 from croupier.dag.batcher import Batcher
-from croupier.dag.binding import Binder, Decision
+from croupier.dag.binding import Binder, Decision, stage_kinds
 from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
@@ -124,7 +124,7 @@ class Exchanges:
         elif stage.workers:
             template = self.binder.fixed(stage.workers, main.tasks, buckets_of(main))
         else:
-            template = self.binder.late(total, main.tasks, buckets_of(main))
+            template = self.binder.late(total, main.tasks, buckets_of(main), phases={"reduce": stage_kinds(stage, self.format_of)})
         bound = {}
         for name, producer in named.items():
             plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine, producer.tasks, buckets_of(producer))
@@ -194,7 +194,10 @@ class Exchanges:
         if decision.choice is not None:
             ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
             entry["predicted_seconds"] = decision.choice.best.seconds
-            entry["candidates"] = [{"plan": c.plan.name, "workers": c.workers, "seconds": round(c.seconds, 4), "cost": c.cost, "dominant": c.dominant().name} for c in ranked]
+            entry["candidates"] = [
+                {"plan": c.plan.name, "workers": c.workers, "seconds": round(c.seconds, 4), "low": round(c.low, 4), "high": round(c.high, 4), "cost": c.cost, "dominant": c.dominant().name}
+                for c in ranked
+            ]
         with self._lock:
             self.run.report.exchanges.append(entry)
 
@@ -212,7 +215,8 @@ class Exchanges:
             return
         if self.binder.needs_early() and isinstance(sink.partitioning, HashPartitioning):
             estimate = self.input_bytes(stage, inputs, out)
-            decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)")
+            kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
+            decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)", kinds)
             out.plan, out.early = decision.plan, True
             out.notes.append(f"writes: {decision.how}")
             return

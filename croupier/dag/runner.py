@@ -33,6 +33,7 @@ from croupier.dag.binding import Binder, Decision
 from croupier.dag.exchanges import Exchanges
 from croupier.dag.operators import run_pipeline
 from croupier.dag.outputs import StageOutput
+from croupier.dag.profiles import RunProfile
 from croupier.dag.run import Run
 from croupier.dag.scan import projected
 from croupier.dag.splits import ScanPlanner, scan_schema
@@ -58,7 +59,8 @@ class DagRunner:
         self.run = run
         self.config = run.config
         self.tmp_url = str(parse_location(tmp_url))  # the canonical URL: workers parse it again
-        self.binder = Binder(self.config, self.tmp_url)
+        self.profiles = RunProfile(run, self.tmp_url)  # calibrates the store on its first job (once)
+        self.binder = Binder(self.config, self.tmp_url, self.profiles.profile)
         self.outputs: list[StageOutput] = []
         self._futures: dict[int, Future[StageOutput]] = {}
         self._names: set[str] = set()
@@ -112,6 +114,7 @@ class DagRunner:
         self.wait_all()
         self._pool.shutdown(wait=True)
         self.exchanges.measure_exchanges()
+        self.profiles.learn(self.run.report)  # the run's stages refine a self-calibrated profile
 
     def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource | UnionSource) -> int:
         """How many tasks a stage reading ``source`` will run (scans: exact; exchanges: a guess)."""
@@ -211,7 +214,8 @@ class DagRunner:
             report.predicted = prediction.to_dict() | {
                 "cost": stage_cost(facts, prediction.seconds * busy, profile),
                 "measured_cost": stage_cost(facts, report.task_seconds, profile),
-                "profile": profile.name,
+                "profile": profile.label,
+                "concurrency": self.config.concurrency,
             }
 
     @staticmethod

@@ -176,7 +176,8 @@ class Phases:
 
 
 def _io_seconds(ctx: TaskContext) -> float:
-    return sum(k.seconds for stats in ctx.channels.values() for k in stats.kinds.values())
+    """Seconds the task spent waiting on requests (prefetched ones ran while it did something else)."""
+    return sum(k.seconds - k.prefetched_seconds for stats in ctx.channels.values() for k in stats.kinds.values())
 
 
 def data_bytes(data: Any) -> int:

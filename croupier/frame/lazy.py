@@ -158,7 +158,8 @@ class QueryResult:
             for entry in self.report.exchanges:
                 lines.append(f"exchange {entry['producer']} -> {entry['consumer']}: {entry['how']}")
                 for c in entry.get("candidates", [])[:5]:
-                    lines.append(f"    {c['plan']:<18} P={c['workers']:<4} {c['seconds']:8.3f} s  dominant: {c['dominant']}")
+                    span = f"{c['low']:.3f}-{c['high']:.3f}" if "low" in c else ""
+                    lines.append(f"    {c['plan']:<18} P={c['workers']:<4} {c['seconds']:8.3f} s ({span})  dominant: {c['dominant']}")
                 lines.append(f"    requests: plan {entry['predicted_requests']}, measured {entry.get('measured_requests')}")
         lines += ["decisions at run time:"] + ["  " + n for n in self.notes] if self.notes else []
         if self.report is not None:
@@ -169,7 +170,8 @@ class QueryResult:
 def _stage_line(stage: Any) -> str:
     p = stage.predicted
     cost = f"; ${p['measured_cost']:.6f} measured, ${p['cost']:.6f} predicted" if p.get("cost") or p.get("measured_cost") else ""
-    return f"{stage.name:<24} measured {stage.wall_seconds:7.3f} s, predicted {p['seconds']:7.3f} s (dominant: {p['dominant']}){cost}"
+    span = f" ({p['low']:.3f}-{p['high']:.3f})" if "low" in p else ""
+    return f"{stage.name:<24} measured {stage.wall_seconds:7.3f} s, predicted {p['seconds']:7.3f} s{span} (dominant: {p['dominant']}){cost}"
 
 
 class GroupBy:

@@ -1,23 +1,27 @@
 """Performance and cost models of the exchange plans (SEER Eq. 1-2 generalised, Eq. 4).
 
-A sort with a k-level plan runs k+1 stages (map, levels 2..k, reduce). With D bytes, P workers of
-which C run at once (waves of C), each stage costs
+An exchange with a k-level plan runs k+1 stages (producers, levels 2..k, consumers). With D bytes,
+P workers of which C run at once (waves of C), each stage costs (see :mod:`croupier.model.stage`)
 
-    start-up(P) + first-touch(D/P) + compute + max(D/(b_r C), R/q_r(s_r, C)) + max(D/(b_w C), W/q_w(s_w, C))
+    start-up(waves) + first-touch(D/P) + compute(phase kinds) + max(D/(b_r C s), R/q_r(s_r, C s)) + max(D/(b_w C), W/q_w(s_w, C))
 
-where R, W are the stage's reads and writes (from the plan's counts), s_r, s_w their sizes, and the
-map reads the input and the reduce writes the output as whole objects of D/P. Every term is kept,
-named, so a prediction can say which dominates and why. Cost (SEER Eq. 4, reads and writes priced
-apart): functions (GB-s and invocations) + read and write requests + storage GB-s.
+where R, W are the stage's reads and writes (from the plan's counts), s_r, s_w their sizes, s the
+fetches a consumer keeps in flight, and the producers read the input and the consumers write the
+output as whole objects of D/P. The phase kinds of each role are the stages' own: TeraSort's by
+default, the consumer stage's operators for a query exchange (the binder passes them). Every term
+is kept, named, so a prediction can say which dominates and why, and with the profile's
+uncertainties each prediction has a 90% range. Cost (SEER Eq. 4, reads and writes priced apart):
+functions (GB-s and invocations) + read and write requests + storage GB-s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from croupier.exchange.plan import ExchangePlan
 from croupier.model.profile import StorageProfile
-from croupier.model.stage import StageFacts, StagePrediction, Term, predict_stage
+from croupier.model.stage import StageFacts, StagePrediction, Term, interval, predict_stage
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,19 @@ class Prediction:
     def seconds(self) -> float:
         return sum(s.seconds for s in self.stages)
 
+    @cached_property
+    def range(self) -> tuple[float, float]:
+        """The 90% range of :attr:`seconds`."""
+        return interval(self.stages)
+
+    @property
+    def low(self) -> float:
+        return self.range[0]
+
+    @property
+    def high(self) -> float:
+        return self.range[1]
+
     def dominant(self) -> Term:
         """The kind of term that contributes most time over all stages."""
         totals: dict[str, float] = {}
@@ -51,7 +68,7 @@ class Prediction:
 
     def explain(self) -> str:
         """Stage by stage, the terms of this prediction."""
-        lines = [f"{self.plan.name}, P={self.workers}, D={self.data_bytes:,} B: {self.seconds:.3f} s, ${self.cost:.6f}"]
+        lines = [f"{self.plan.name}, P={self.workers}, D={self.data_bytes:,} B: {self.seconds:.3f} s ({self.low:.3f}-{self.high:.3f}), ${self.cost:.6f}"]
         for stage in self.stages:
             lines.append(f"  {stage.name:<8} {stage.seconds:8.3f} s = " + " + ".join(f"{t.name} {t.seconds:.3f}" for t in stage.terms))
         d = self.dominant()
@@ -92,10 +109,11 @@ def predict(
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
         role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
         tasks = m if i == 0 else p
-        reads = m if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
-        writes = counts[i].puts if i < plan.levels else (p if "write:output" in " ".join(kinds[role]) else 0)
+        fetched = 0 if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
+        reads = m if i == 0 else fetched
+        writes = counts[i].puts if i < plan.levels else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
         write_bytes = d if writes else 0.0
-        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d, writes, write_bytes))
+        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d, writes, write_bytes, fetched, d if fetched else 0.0))
     stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
     requests = plan.predicted_requests()
     requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + m, "GET_RANGE": requests["GET_RANGE"]}

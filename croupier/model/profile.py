@@ -1,16 +1,21 @@
-"""Storage profiles: the fitted performance of one store, saved as versioned JSON.
+"""Storage profiles: the fitted performance of one store and the machine that uses it, as versioned JSON.
 
 A profile holds, per operation (read, write), a throughput curve q(s, P) in requests/second for
-objects of s bytes with P workers at once, fitted from measurements as (SEER §2.2):
+objects of s bytes with P requests in flight at once, fitted from measurements as (SEER §2.2):
 
     q(s, P) = min(a(s) * P, qmax(s))      linear at low P, flat from P* = qmax(s) / a(s)
 
 with a(s) and qmax(s) measured at a few sizes and interpolated log-log in between; plus per-worker
-bandwidths b_r, b_w (bytes/s), stage start-up time t0 + t1 * waves, in-function compute per byte
-(partition, sort), the concurrency the platform allows, and prices (Eq. 4). Calibration finally
-runs a few real exchanges and fits, by least squares, a multiplier of the storage terms, one of
-the compute terms and the fixed cost of a stage (t0), so the model matches whole exchanges on this
-store rather than only isolated requests.
+bandwidths b_r, b_w (bytes/s); compute seconds per byte on one core per phase kind (``compute``);
+stage start-up t0 + t1 * waves; a first-touch term (fresh memory a task pulls in); multipliers of
+the read and write terms (what the grid of isolated requests misses about real stages); the
+concurrency the platform allows; and prices (Eq. 4). Every fitted coefficient carries its relative
+standard error (``uncertainty``, from a bootstrap), and ``residual`` is the relative spread of stage
+times the terms leave unexplained: together they give every prediction its range.
+
+``revision`` counts refinements: each run's measured stages refine a self-calibrated profile
+(:mod:`croupier.model.fit`, :mod:`croupier.model.cache`), so a report names the profile by
+``label`` (``name@rN``).
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from typing import Any
 
 from croupier.errors import ConfigError
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 #: Seconds per byte on one core of a phase kind the profile does not know (a plain copy's order).
 DEFAULT_COMPUTE = 1.5e-9
+#: Relative standard error assumed for a coefficient no fit measured (published figures, defaults).
+DEFAULT_UNCERTAINTY = 0.25
 
 
 @dataclass(frozen=True)
@@ -82,24 +89,54 @@ class StorageProfile:
     wave_seconds: float = 0.01  # t1: per wave of tasks (P / concurrency, rounded up)
     #: seconds per byte on one core, per phase kind (longest matching prefix wins, see compute_cost)
     compute: dict[str, float] = field(default_factory=dict)
-    io_scale: float = 1.0  # fitted from real exchanges: multiplier of the storage terms
-    compute_scale: float = 1.0  # fitted: multiplier of the compute terms
+    #: seconds per call of a phase kind (one task runs each of its phases once): fixed costs such as
+    #: a Parquet footer or an empty exchange object, same key lookup as ``compute``
+    call_seconds: dict[str, float] = field(default_factory=dict)
+    read_scale: float = 1.0  # fitted: multiplier of the read terms (real stages against the request grid)
+    write_scale: float = 1.0  # fitted: multiplier of the write terms
     first_touch_seconds_per_byte: float = 0.0  # fitted: fresh memory a function's first task touches, per byte of that task
     concurrency: int = 1000  # functions the platform runs at once
     function_memory: int = 2 << 30
     prices: Prices = field(default_factory=Prices)
-    fit: dict[str, float] = field(default_factory=dict)  # goodness of fit (mean abs % error per curve)
+    fit: dict[str, float] = field(default_factory=dict)  # goodness of fit (mean abs % errors, observations)
+    #: relative standard error per coefficient: "t0", "t1", "first_touch", "read_scale", "write_scale",
+    #: "compute:<kind>"; a coefficient not named has :data:`DEFAULT_UNCERTAINTY`
+    uncertainty: dict[str, float] = field(default_factory=dict)
+    residual: float = 0.15  # relative spread (one sd) of stage times the terms leave unexplained
+    revision: int = 0  # refinements since calibration (learning from runs)
+    machine: str = ""  # the machine it was calibrated on ("" for published figures)
+    store: str = ""  # the store key it was calibrated on (see croupier.model.cache.store_key)
+    max_streams: int = 0  # most requests in flight the grid measured (0: unknown); beyond it q is extrapolated
     version: int = PROFILE_VERSION
+
+    @property
+    def label(self) -> str:
+        """The profile's name and revision, as reports show it (``local-dev-shm@r3``)."""
+        return f"{self.name}@r{self.revision}"
+
+    def relative_error(self, coefficient: str) -> float:
+        """Relative standard error of ``coefficient`` (per-kind ones by the key that prices the kind)."""
+        for table, prefix in ((self.compute, "compute:"), (self.call_seconds, "call:")):
+            if coefficient.startswith(prefix):
+                key = lookup_key(table, coefficient.removeprefix(prefix))
+                return self.uncertainty.get(f"{prefix}{key}", DEFAULT_UNCERTAINTY) if key is not None else DEFAULT_UNCERTAINTY
+        return self.uncertainty.get(coefficient, DEFAULT_UNCERTAINTY)
+
+    def compute_key(self, kind: str) -> str | None:
+        """The key of ``compute`` that prices phase ``kind`` (see :func:`lookup_key`)."""
+        return lookup_key(self.compute, kind)
+
+    def call_cost(self, kind: str) -> float:
+        """Seconds per call of phase ``kind`` (0 when the profile does not know its kind)."""
+        key = lookup_key(self.call_seconds, kind)
+        return self.call_seconds[key] if key is not None else 0.0
 
     def compute_cost(self, kind: str) -> float:
         """Seconds per byte on one core of phase ``kind``: the longest key of ``compute`` that
         prefixes it (``write:exchange-records`` covers ``write:exchange-records-raw-recordsrange``),
         else :data:`DEFAULT_COMPUTE`."""
-        best = ""
-        for key in self.compute:
-            if kind.startswith(key) and len(key) > len(best):
-                best = key
-        return self.compute[best] if best else DEFAULT_COMPUTE
+        key = self.compute_key(kind)
+        return self.compute[key] if key is not None else DEFAULT_COMPUTE
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -134,6 +171,22 @@ class StorageProfile:
             raise ConfigError(f"profile {path_or_name}: not a valid Croupier profile ({exc})") from exc
 
 
+def lookup_key(table: dict[str, float], kind: str) -> str | None:
+    """The key of a per-kind ``table`` for phase ``kind``: the kind itself; else the shortest key
+    it is a generic name of (``write:exchange-records`` for ``write:exchange-records-raw-recordsrange``);
+    else the longest key that prefixes it (a family: ``read:``, ``write:``, or ``""`` for operators)."""
+    if kind in table:
+        return kind
+    specific = sorted((k for k in table if k.startswith(kind)), key=lambda k: (len(k), k))
+    if kind and specific:
+        return specific[0]
+    best: str | None = None
+    for key in table:
+        if kind.startswith(key) and (best is None or len(key) > len(best)):
+            best = key
+    return best
+
+
 def shipped_names() -> list[str]:
     """Names of the profiles that ship with Croupier."""
     folder = resources.files("croupier.model") / "profiles"
@@ -141,26 +194,47 @@ def shipped_names() -> list[str]:
 
 
 def _migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """Read a version-1 profile: its three TeraSort compute figures become phase kinds."""
-    if data.get("version") != 1:
-        return data
-    compute = {
-        "write:exchange-records": data.pop("partition_seconds_per_byte", 0.0),
-        "records_sort": data.pop("sort_seconds_per_byte", 0.0),
-        "regroup": data.pop("regroup_seconds_per_byte", 0.0),
-    }
-    data["compute"] = {k: v for k, v in compute.items() if v}
-    data["version"] = PROFILE_VERSION
+    """Read older profiles faithfully: version 1's three TeraSort compute figures become phase kinds;
+    version 2's single storage multiplier becomes the read and write multipliers, and its compute
+    multiplier is folded into the per-kind costs (so a migrated profile predicts what it did)."""
+    if data.get("version") == 1:
+        compute = {
+            "write:exchange-records": data.pop("partition_seconds_per_byte", 0.0),
+            "records_sort": data.pop("sort_seconds_per_byte", 0.0),
+            "regroup": data.pop("regroup_seconds_per_byte", 0.0),
+        }
+        data["compute"] = {k: v for k, v in compute.items() if v}
+        data["version"] = 2
+    if data.get("version") == 2:
+        scale = float(data.pop("compute_scale", 1.0))
+        io = float(data.pop("io_scale", 1.0))
+        data["compute"] = {k: v * scale for k, v in data.get("compute", {}).items()}
+        data["read_scale"] = data["write_scale"] = io
+        data["version"] = 3
     return data
 
 
 def profile_for(config: Any, shuffle_url: str) -> StorageProfile:
-    """The profile for exchanges through ``shuffle_url`` under ``config`` (its ``profile`` or the
-    shipped one for the store kind), with the run's function memory: it bounds the selector's
-    smallest P and prices GB-seconds."""
+    """The profile for exchanges through ``shuffle_url`` under ``config``: its ``profile``; else
+    (calibration "auto") the one calibrated for this machine and store, if cached; else the
+    shipped one for the store kind. With the run's function memory: it bounds the selector's
+    smallest P and prices GB-seconds. Read only: calibrating and learning are the DAG runner's
+    (:mod:`croupier.dag.profiles`)."""
     from dataclasses import replace
 
     from croupier.config import default_profile_name
 
-    profile = StorageProfile.load(config.profile or default_profile_name(shuffle_url, config.s3))
+    if config.profile:
+        profile = StorageProfile.load(config.profile)
+    else:
+        profile = _cached(config, shuffle_url) or StorageProfile.load(default_profile_name(shuffle_url, config.s3))
     return replace(profile, function_memory=config.function_memory)
+
+
+def _cached(config: Any, shuffle_url: str) -> StorageProfile | None:
+    if config.calibration == "off":
+        return None
+    from croupier.model.cache import ProfileCache, machine_id, store_key
+
+    entry = ProfileCache(config.profile_cache).load(machine_id(), store_key(shuffle_url, config.s3.endpoint), config.concurrency)
+    return None if entry is None else entry.profile

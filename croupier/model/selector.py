@@ -4,6 +4,12 @@ Searches P from ceil(D / usable function memory) up to the largest useful P, ove
 candidate of each P with and without write combining, predicting each with the model; picks the
 minimum of the objective: "time" (default), "cost", or "time" within a cost ``budget``. With P
 given, only the plans of that P are compared (constant time in P).
+
+Robust choice: every prediction has a 90% range (from the profile's coefficient errors and
+residual spread). When the time objective's best point estimate and other candidates have
+overlapping ranges, the model cannot tell them apart; then the selector takes, among those, the
+one whose range ends lowest (the best worst case), which avoids plans that are fast only if an
+uncertain or extrapolated term is as small as its point estimate.
 """
 
 from __future__ import annotations
@@ -31,6 +37,17 @@ class Choice:
     objective: str
     data_bytes: int
     budget: float | None = None
+    point: Prediction | None = None  # the best point estimate, when the robust choice differs
+
+    def note(self) -> str:
+        """Why the choice is not the best point estimate (empty when it is)."""
+        p, b = self.point, self.best
+        if p is None or p is b:
+            return ""
+        return (
+            f"; ranges overlap, so the best worst case: {b.plan.name} P={b.workers} (at most {b.high:.3f} s) over "
+            f"{p.plan.name} P={p.workers} ({p.seconds:.3f} s, up to {p.high:.3f} s)"
+        )
 
     def explain(self, rows: int = 15) -> str:
         """The candidates table (best first) and the choice with its dominant term."""
@@ -41,16 +58,20 @@ class Choice:
             f"selector: D={self.data_bytes:,} B, objective {self.objective}"
             + (f" within ${self.budget}" if self.budget is not None else "")
             + f", {len(self.candidates)} candidates (best {len(shown)} shown)",
-            f"  {'algorithm':<22} {'topology':<9} {'P':>5} {'time s':>9} {'requests':>9} {'cost $':>11}  dominant term",
+            f"  {'algorithm':<22} {'topology':<9} {'P':>5} {'time s':>9} {'90% range s':>15} {'requests':>9} {'cost $':>11}  dominant term",
         ]
         for c in shown:
             d = c.dominant()
             mark = "*" if c is self.best else " "
+            span = f"{c.low:.3f}-{c.high:.3f}"
             lines.append(
-                f"{mark} {c.plan.name:<22} {str(c.plan.topology):<9} {c.workers:>5} {c.seconds:>9.3f} {sum(c.requests.values()):>9,} {c.cost:>11.6f}  {d.name} ({d.seconds:.3f} s)"
+                f"{mark} {c.plan.name:<22} {str(c.plan.topology):<9} {c.workers:>5} {c.seconds:>9.3f} {span:>15} {sum(c.requests.values()):>9,} {c.cost:>11.6f}  {d.name} ({d.seconds:.3f} s)"
             )
         d = self.best.dominant()
-        lines.append(f"choice: {self.best.plan.name} with P={self.best.workers}: {self.best.seconds:.3f} s predicted; dominated by {d.name}: {d.why}")
+        lines.append(
+            f"choice: {self.best.plan.name} with P={self.best.workers}: {self.best.seconds:.3f} s predicted ({self.best.low:.3f}-{self.best.high:.3f}); "
+            f"dominated by {d.name}: {d.why}{self.note()}"
+        )
         return "\n".join(lines)
 
 
@@ -111,5 +132,14 @@ def choose(
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)
         raise ConfigError(f"no configuration fits the budget ${budget}; the cheapest costs ${cheapest.cost:.6f} ({cheapest.plan.name}, P={cheapest.workers})")
-    best = min(pool, key=_key(objective))
-    return Choice(best, tuple(candidates), objective, data_bytes, budget)
+    point = min(pool, key=_key(objective))
+    best = robust(point, pool) if objective == "time" else point
+    return Choice(best, tuple(candidates), objective, data_bytes, budget, point if best is not point else None)
+
+
+def robust(point: Prediction, pool: list[Prediction]) -> Prediction:
+    """Among the candidates whose 90% range overlaps that of ``point`` (the best point estimate),
+    the one whose range ends lowest; ties go to the faster estimate, then to fewer stages."""
+    high = point.high
+    rivals = [c for c in pool if c.low <= high]
+    return min(rivals, key=lambda c: (round(c.high, 9), c.seconds, len(c.stages)))

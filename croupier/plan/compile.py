@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croupier.config import Config
+from croupier.dag.binding import sort_phases
 from croupier.dag.operators import Filter as FilterOp
 from croupier.dag.operators import Head, Operator
 from croupier.dag.operators import Window as WindowOp
@@ -250,7 +251,7 @@ class Compiler:
             self.notes.append(f"{node.label()}: input {what}: one task sorts if <= {format_bytes(limit)}, else a range exchange")
             return Pipeline(ExchangeInput(stage, "all"), [op])
         assert self.runner is not None
-        decision = self.runner.binder.early(out.bytes, out.tasks, "measured")
+        decision = self.runner.binder.early(out.bytes, out.tasks, "measured", sort_phases(self.runner.exchanges.format_of("frames")))
         p = decision.workers
         splitters = choose_frame_splitters(out.samples, node.descending, node.nulls_last, p)
         partitioning = RangePartitioning(node.by, node.descending, node.nulls_last, splitters)
@@ -321,7 +322,7 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
         ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:5]
         for c in ranked:
             d = c.dominant()
-            lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s  dominant: {d.name} ({d.why})")
+            lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
     return lines
 
 

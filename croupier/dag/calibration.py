@@ -1,0 +1,340 @@
+"""Calibrating a store where it runs: a grid of requests, then a small standard workload of stages.
+
+Two parts, both run on an executor against the store being calibrated, under one prefix that is
+deleted at the end:
+
+1. **Request grid** (SEER §2.2): for a few object sizes, P requests in flight (one function; C
+   functions; C functions with 4 threads each, as exchange fetches run) PUT then GET objects;
+   aggregate requests/s per (size, P) fit q(s, P) = min(a(s) P, qmax(s)) for reads and writes,
+   and the per-stream bandwidths b_r, b_w (:func:`croupier.model.fit.fit_curve`).
+2. **Standard workload**: real stages of the one engine on generated data, each with its plan
+   forced, so that every phase kind and every term of the stage model is measured::
+
+       generate   records -> gensort parts; records -> TeraSort Parquet parts; rows -> a table
+       sort       gensort -> gensort and Parquet -> Parquet, direct (P = C) and 2 x 2 (+wc)
+       queries    scan + filter + project; group-by with few and with many groups (hash
+                  exchange, direct and 2-level); shuffle hash join; range-partitioned sort
+       overheads  empty stages of 1 and 8 waves
+
+   The stages differ in waves at one task size and in task size at one wave count, so start-up,
+   per-wave and first-touch costs are told apart (:mod:`croupier.model.fit`).
+
+Everything here is a dag-level job (stages, operators, the runner), so the DAG runner itself can
+calibrate a store on a run's first job (:mod:`croupier.dag.profiles`), and ``croupier calibrate``
+(:mod:`croupier.jobs.calibrate`) runs the same with larger sizes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import numpy as np
+import polars as pl
+
+from croupier.compute.base import Executor, Task
+from croupier.compute.context import TaskContext
+from croupier.config import Config
+from croupier.dag.operators import AggSpec, Aggregate, Filter, HashJoin, Operator, RecordsSort, Select
+from croupier.dag.operators import Sort as SortOp
+from croupier.dag.scan import ScanSpec
+from croupier.dag.stage import (
+    ExchangeInput,
+    ExchangeSink,
+    HashPartitioning,
+    OutputSink,
+    RangePartitioning,
+    RecordsRangePartitioning,
+    ResultSink,
+    ScanSource,
+    Stage,
+    TaskSource,
+)
+from croupier.dag.task import GenerateRead, PiecesRead
+from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.topology import Topology
+from croupier.expr import col
+from croupier.model.fit import FitResult, Observation, fit, fit_curve, observations_from_report
+from croupier.model.profile import Prices, StorageProfile
+from croupier.ops import partition, terasort
+from croupier.ops.gensort import generate
+from croupier.ops.records import RECORD_SIZE, RecordRuns, key_columns
+from croupier.storage import open_store
+from croupier.units import parse_size
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big the calibration is: the request grid and the workload's data."""
+
+    grid_sizes: tuple[str, ...] = ("4KiB", "64KiB", "1MiB", "4MiB")
+    grid_threads: tuple[int, ...] = (4,)  # threads per function at P = C x threads (beside P = 1, C)
+    grid_budget: str = "4MiB"  # bytes per (size, P) point and direction
+    records: int = 1_000_000  # TeraSort records per sort (100 bytes each) at scale 1
+    rows: int = 2_000_000  # rows of the query table at scale 1
+    parts: int = 4  # objects per generated input
+
+    @property
+    def label(self) -> str:
+        return f"{self.records * RECORD_SIZE / 1e6:.0f} MB sorts, {self.rows:,}-row table"
+
+    def scaled(self, factor: float) -> Sizes:
+        """The same workload with ``factor`` times the data."""
+        return replace(self, records=max(1000, int(self.records * factor)), rows=max(1000, int(self.rows * factor)))
+
+
+QUICK = Sizes()
+FULL = Sizes(("4KiB", "64KiB", "1MiB", "16MiB", "64MiB"), (2, 8), "64MiB", 4_000_000, 8_000_000, 8)
+TEST = Sizes(("4KiB", "256KiB"), (2,), "512KiB", 200_000, 200_000, 2)
+#: Scales of the workload's passes: a warm-up (its timings are dropped: first calls of a fresh
+#: function import libraries and fault in memory, which no later stage pays), a small pass, and a
+#: large pass as large as the time budget allows (two sizes tell per-byte from fixed costs).
+WARM_UP, SMALL, LARGEST = 0.02, 0.1, 1.0
+#: Share of the time left the large pass is planned to take (timings on a shared machine swing),
+#: and the seconds kept for the fit.
+MARGIN, FIT_SECONDS = 0.7, 1.0
+
+
+# --- 1. the request grid ------------------------------------------------------------------------
+
+
+def _requests(ctx: TaskContext, url: str, prefix: str, op: str, size: int, count: int, threads: int) -> tuple[float, float]:
+    """``threads`` threads each PUT (or GET) ``count`` objects of ``size`` bytes; return (start, end)."""
+    store = ctx.store(url)
+    block = os.urandom(min(size, 1 << 20))
+    data = (block * (size // len(block) + 1))[:size]
+
+    def stream(t: int) -> None:
+        for i in range(count):
+            key = f"{prefix}/t{t}-{i:04d}"
+            if op == "PUT":
+                store.put(key, data)
+            else:
+                store.get(key)
+
+    started = time.time()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(stream, range(threads)))
+    return started, time.time()
+
+
+def grid_points(executor: Executor, config: Config, url: str, sizes: Sizes) -> tuple[dict[str, dict[tuple[int, int], float]], int]:
+    """Aggregate requests/s per (size, P) for "read" and "write"; and the largest P measured."""
+    c = config.concurrency
+    shapes = sorted({(1, 1), (c, 1)} | {(c, t) for t in sizes.grid_threads})
+    budget = parse_size(sizes.grid_budget)
+    points: dict[str, dict[tuple[int, int], float]] = {"read": {}, "write": {}}
+    for size in (parse_size(s) for s in sizes.grid_sizes):
+        for functions, threads in shapes:
+            p = functions * threads
+            count = max(1, min(64, budget // (size * p)))
+            prefix = f"grid/{size}-{functions}x{threads}"
+            for op, direction in (("PUT", "write"), ("GET", "read")):
+                tasks = [Task(f"{op}-{prefix}-{w}", _requests, (url, f"{prefix}/w{w}", op, size, count, threads)) for w in range(functions)]
+                spans = [r.value for r in executor.map(tasks, config)]
+                points[direction][(size, p)] = p * count / max(max(e for _, e in spans) - min(s for s, _ in spans), 1e-6)
+    return points, max(f * t for f, t in shapes)
+
+
+def grid_profile(name: str, points: Mapping[str, Mapping[tuple[int, int], float]], streams: int, config: Config, sizes: Sizes) -> StorageProfile:
+    """A profile with the grid's curves and bandwidths; every other coefficient still unfitted."""
+    measured = [parse_size(s) for s in sizes.grid_sizes]
+    read, read_err = fit_curve(points["read"], measured)
+    write, write_err = fit_curve(points["write"], measured)
+    largest = measured[-1]
+    return StorageProfile(
+        name=name,
+        source=f"croupier calibration on {time.strftime('%Y-%m-%d')}: {sizes.label}, concurrency {config.concurrency}, {os.cpu_count()} cores",
+        read=read,
+        write=write,
+        read_bandwidth=read.per_worker[-1] * largest,
+        write_bandwidth=write.per_worker[-1] * largest,
+        concurrency=config.concurrency,
+        function_memory=config.function_memory,
+        prices=Prices(source="none: a self-hosted store; put prices in the profile to use the cost objective"),
+        fit={"read_mape_percent": round(read_err, 2), "write_mape_percent": round(write_err, 2)},
+        max_streams=streams,
+    )
+
+
+# --- 2. the standard workload -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticTable(Operator):
+    """TeraSort records as a query table: ``k_few`` (16 groups), ``k_many`` (about one group per 4
+    rows), ``v`` in [0, 1), ``w`` in [0, 256), ``s`` (a short string), all from the records' bytes."""
+
+    kind = "calibration:table"
+    groups: int = 1
+
+    def apply(self, data: RecordRuns, sides: Mapping[str, object]) -> pl.DataFrame:  # type: ignore[override]
+        records = data.concatenated()
+        hi, _ = key_columns(records)
+        return pl.DataFrame(
+            {
+                "k_few": (records[:, 0] % 16).astype(np.int64),
+                "k_many": (hi % np.uint64(self.groups)).astype(np.int64),
+                "v": (hi >> np.uint64(11)).astype(np.float64) / float(1 << 53),
+                "w": records[:, 9].astype(np.int64),
+                "s": pl.Series(records[:, 1].astype(np.int64)).cast(pl.Utf8),
+            }
+        )
+
+    def describe(self) -> str:
+        return "records as a synthetic table"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One workload job: its final stages and what it forces."""
+
+    name: str
+    stages: tuple[Stage, ...]
+    workers: int | None = None
+    algorithm: str | None = None
+
+
+def _generate(name: str, count: int, parts: int, seed: int, sink: OutputSink, ops: tuple[Operator, ...] = ()) -> Stage:
+    bounds = [count * i // parts for i in range(parts + 1)]
+    reads = tuple(GenerateRead(bounds[i], bounds[i + 1] - bounds[i], seed, False) for i in range(parts))
+    return Stage(name, TaskSource(reads), ops, sink=sink, rep="records")
+
+
+def _empty(name: str, tasks: int) -> Stage:
+    return Stage(name, TaskSource(tuple(GenerateRead(0, 0, 0, False) for _ in range(tasks))), sink=ResultSink(), rep="records")
+
+
+def _splitters(partitions: int, seed: int) -> tuple[bytes, bytes]:
+    """Splitters of generated records (their keys are uniform: a sample of the first rows will do)."""
+    hi, lo = key_columns(generate(0, 20_000, seed))
+    a, b = partition.composite_keys(hi, lo, 0)
+    split_a, split_b = partition.choose_splitters(a, b, partitions)
+    return split_a.tobytes(), split_b.tobytes()
+
+
+def _sort(name: str, url: str, objects: list[Any], rows: list[int] | None, out: str, fmt: str, plan: ExchangePlan, seed: int) -> Stage:
+    """TeraSort as stages: map (range partition by forced plan) -> levels -> reduce (sort, write)."""
+    shares = terasort.plan_pieces(objects, plan.workers, rows)
+    reads = tuple(PiecesRead(url, tuple(share)) for share in shares)
+    sink = ExchangeSink(RecordsRangePartitioning(_splitters(plan.workers, seed)), plan=plan)
+    mapped = Stage(f"{name}-map", TaskSource(reads), sink=sink, rep="records")
+    return Stage(f"{name}-reduce", ExchangeInput(mapped), (RecordsSort(),), sink=OutputSink(out, f"records-{fmt}", "cal"), rep="records")
+
+
+def _query_jobs(table: str, dim: str, out: str, c: int) -> list[Job]:
+    scan = lambda url: ScanSource(ScanSpec(url, "parquet"))  # noqa: E731
+    aggs = (AggSpec("sum", "v", "v"), AggSpec("max", "w", "w"), AggSpec("len", None, "n"))
+    final = (AggSpec("sum", "v", "v"), AggSpec("max", "w", "w"), AggSpec("sum", "n", "n"))
+    jobs = [Job("filter", (Stage("q-filter", scan(table), (Filter(col("w") < 128), Select((col("k_many"), col("v"), col("s")))), sink=OutputSink(f"{out}/filter", "parquet", "cal")),))]
+    for what, key, workers, algorithm in (("few", "k_few", c, "direct+wc"), ("many", "k_many", 2 * c, "direct+wc"), ("many2", "k_many", 2 * c, "2-level+wc")):
+        partial = Stage(f"q-{what}-partial", scan(table), (Aggregate((key,), aggs, adaptive=True),), sink=ExchangeSink(HashPartitioning((key,))))
+        merged = Stage(f"q-{what}-final", ExchangeInput(partial), (Aggregate((key,), final),), sink=OutputSink(f"{out}/{what}", "parquet", "cal"))
+        jobs.append(Job(what, (merged,), workers, algorithm))
+    build = Stage("q-join-build", scan(dim), sink=ExchangeSink(HashPartitioning(("k_many",))))
+    probe = Stage("q-join-probe", scan(table), (Select((col("k_many"), col("v"), col("w"))),), sink=ExchangeSink(HashPartitioning(("k_many",))))
+    joined = Stage("q-join-final", ExchangeInput(probe), (HashJoin("build", ("k_many",), ("k_many",), "inner"),), {"build": ExchangeInput(build)}, OutputSink(f"{out}/join", "parquet", "cal"))
+    jobs.append(Job("join", (joined,), 2 * c, "direct"))
+    cuts = pl.DataFrame({"__k0": [i / (2 * c) for i in range(1, 2 * c)]})
+    ranged = Stage("q-sort-range", scan(table), (Select((col("v"), col("w"), col("s"))),), sink=ExchangeSink(RangePartitioning((col("v"),), (False,), False, cuts), plan=ExchangePlan.direct(2 * c)))
+    jobs.append(Job("sort", (Stage("q-sort-final", ExchangeInput(ranged), (SortOp((col("v"),), (False,)),), sink=OutputSink(f"{out}/sort", "parquet", "cal")),)))
+    return jobs
+
+
+def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, seed: int = 7) -> list[Observation]:
+    """Run the standard workload under ``url`` (which it leaves for the caller to delete); return
+    every stage it ran as an observation."""
+    from croupier.dag.runner import run_job
+
+    c = config.concurrency
+    base = replace(config, workers=None, algorithm=None, topology=None, progress=False, tmp_url=f"{url}/tmp", calibration="off", profile=None)
+    observations: list[Observation] = []
+
+    def run(job: Job) -> None:
+        result = run_job(list(job.stages), base.with_(workers=job.workers, algorithm=job.algorithm), executor)
+        observations.extend(observations_from_report(result.report, c, f"calibration:{job.name}"))
+
+    n, parts = sizes.records, sizes.parts
+    run(Job("generate", (
+        _generate("gen-gensort", n, parts, seed, OutputSink(f"{url}/in-gensort", "records-gensort", "cal")),
+        _generate("gen-parquet", n, parts, seed + 1, OutputSink(f"{url}/in-parquet", "records-parquet", "cal")),
+    )))  # fmt: skip
+    groups = max(1, sizes.rows // 4)
+    run(Job("table", (_generate("gen-table", sizes.rows, parts, seed + 2, OutputSink(f"{url}/table", "parquet", "cal"), (SyntheticTable(groups),)),)))
+    run(Job("dim", (_generate("gen-dim", groups, max(1, parts // 2), seed + 3, OutputSink(f"{url}/dim", "parquet", "cal"), (SyntheticTable(groups), Select((col("k_many"), col("v").alias("x"))))),)))
+    run(Job("overheads", (_empty("empty-1", c), _empty("empty-8", 8 * c))))
+    bounds = [n * i // parts for i in range(parts + 1)]
+    rows = [bounds[i + 1] - bounds[i] for i in range(parts)]
+    for fmt in ("gensort", "parquet"):
+        objects = sorted(open_store(f"{url}/in-{fmt}", config).list(), key=lambda o: o.key)
+        for plan in (ExchangePlan.direct(c), ExchangePlan(Topology((2, c)), True)):
+            label = f"sort-{fmt}-{plan.workers}{'-2l' if plan.levels > 1 else ''}"
+            run(Job(label, (_sort(label, f"{url}/in-{fmt}", objects, rows if fmt == "parquet" else None, f"{url}/out-{label}", fmt, plan, seed),)))
+    for job in _query_jobs(f"{url}/table", f"{url}/dim", f"{url}/out-q", c):
+        run(job)
+    return observations
+
+
+# --- both, and the fit ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration's outcome: the fitted profile, the fit's report and the observations."""
+
+    result: FitResult
+    observations: list[Observation]
+    grid: dict[str, dict[tuple[int, int], float]]
+    seconds: float
+
+    @property
+    def profile(self) -> StorageProfile:
+        return self.result.profile
+
+
+def calibrate_store(executor: Executor, config: Config, url: str, name: str, sizes: Sizes = QUICK, bootstrap: int = 100, budget: float = 10.0) -> Calibration:
+    """Measure the store under ``url`` (a prefix this deletes afterwards) with ``executor``: the
+    request grid, then the workload at three scales (:data:`WARM_UP`, dropped; :data:`SMALL`; and
+    the largest up to :data:`LARGEST` that the time left of ``budget`` seconds allows, judged from
+    how the first two grew). Fit and return the profile."""
+    started = time.perf_counter()
+    store = open_store(url, config)
+    observations: list[Observation] = []
+    try:
+        points, streams = grid_points(executor, config, url, sizes)
+        base = grid_profile(name, points, streams, config, sizes)
+        warm = _timed(lambda: run_workload(executor, config, f"{url}/w0", sizes.scaled(WARM_UP)))[1]
+        small, took = _timed(lambda: run_workload(executor, config, f"{url}/w1", sizes.scaled(SMALL)))
+        observations += small
+        per_scale = max(took - warm, 1e-3) / (SMALL - WARM_UP)
+        fixed = max(0.0, took - per_scale * SMALL)
+        left = budget - (time.perf_counter() - started) - FIT_SECONDS
+        scale = min(LARGEST, MARGIN * (left - fixed) / per_scale)
+        if scale >= 2 * SMALL:
+            observations += run_workload(executor, config, f"{url}/w2", sizes.scaled(scale))
+    finally:
+        store.delete_prefix()
+    result = fit(observations, base, bootstrap=bootstrap)
+    elapsed = time.perf_counter() - started
+    profile = replace(result.profile, fit=dict(result.profile.fit, calibration_seconds=round(elapsed, 1)))
+    return Calibration(replace(result, profile=profile), observations, points, elapsed)
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    began = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - began
+
+
+def describe_grid(profile: StorageProfile) -> list[str]:
+    """The grid's curves, one line per size and direction."""
+    lines = []
+    for op, curve in (("read", profile.read), ("write", profile.write)):
+        for s, a, q in zip(curve.sizes, curve.per_worker, curve.ceiling):
+            knee = q / a if a else math.inf
+            lines.append(f"  {op:<5} {int(s):>10,} B: {a:9.1f} req/s per stream, ceiling {q:9.1f} req/s (flat from P={knee:.1f})")
+    return lines

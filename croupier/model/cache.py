@@ -1,0 +1,135 @@
+"""Self-calibrated profiles, cached per machine and store, with the stages they were fitted to.
+
+One JSON file per (machine, store, concurrency) under the cache folder (``Config.profile_cache``)::
+
+    <folder>/<machine>/<store>-c<concurrency>.json
+        {"profile": {...}, "calibration": [observation, ...], "history": [observation, ...]}
+
+``calibration`` holds the stages of the calibration workload (kept for good); ``history`` the
+stages of the runs since (at most :data:`MAX_HISTORY`, oldest dropped first). Each run refits
+the profile to both (:func:`learn`), so the profile follows the machine as it is now while the
+calibration keeps every coefficient identified; the revision counts the refits. Files are
+replaced atomically (write, then rename), so a reader never sees half a profile; two runs
+learning at once lose one of their updates, never the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from croupier.errors import ConfigError
+from croupier.model.fit import Observation, fit
+from croupier.model.profile import StorageProfile
+
+#: Stages of past runs a cached profile keeps to refit from.
+MAX_HISTORY = 400
+#: Bootstrap resamples when refitting after a run: none (a run's end must stay cheap); the
+#: coefficients' standard errors are the calibration's until ``croupier calibrate`` refits them.
+LEARN_BOOTSTRAP = 0
+
+
+def machine_id() -> str:
+    """This machine, as far as performance goes: host name, cores and memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    return _safe(f"{socket.gethostname()}-{os.cpu_count()}cpu-{memory}g")
+
+
+def store_key(url: str, endpoint: str | None) -> str:
+    """The store a profile describes: ``local-<mount point>`` for a folder (a RAM disk and a
+    disk differ), ``s3-<endpoint host>`` for S3 (the port is left out: test servers move),
+    ``s3-aws`` without an endpoint."""
+    if url.lower().startswith("s3://"):
+        if not endpoint:
+            return "s3-aws"
+        host = re.sub(r"^[a-z]+://", "", endpoint.lower()).split("/")[0].rsplit(":", 1)[0]
+        return _safe(f"s3-{host}")
+    path = Path(re.sub(r"^file://", "", url))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return _safe("local-" + (str(path).strip("/").replace("/", "-") or "root"))
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "unnamed"
+
+
+@dataclass
+class Entry:
+    """A cached profile and the observations it was fitted to."""
+
+    profile: StorageProfile
+    calibration: list[Observation] = field(default_factory=list)
+    history: list[Observation] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": json.loads(self.profile.to_json()),
+            "calibration": [o.to_dict() for o in self.calibration],
+            "history": [o.to_dict() for o in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Entry:
+        return cls(
+            StorageProfile.from_dict(data["profile"]),
+            [Observation.from_dict(o) for o in data.get("calibration", [])],
+            [Observation.from_dict(o) for o in data.get("history", [])],
+        )
+
+
+class ProfileCache:
+    """The cache folder (see the module docstring)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder).expanduser()
+
+    def path(self, machine: str, store: str, concurrency: int) -> Path:
+        return self.folder / machine / f"{store}-c{concurrency}.json"
+
+    def load(self, machine: str, store: str, concurrency: int) -> Entry | None:
+        """The cached entry, or None when there is none or it is unreadable or of an older
+        profile version (then it is recalibrated)."""
+        path = self.path(machine, store, concurrency)
+        try:
+            return Entry.from_dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError, ConfigError):
+            return None
+
+    def save(self, entry: Entry, machine: str, store: str, concurrency: int) -> Path:
+        """Write ``entry`` atomically; return its path."""
+        path = self.path(machine, store, concurrency)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry.to_dict(), f)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+def learn(entry: Entry, observations: list[Observation], bootstrap: int = LEARN_BOOTSTRAP) -> Entry:
+    """``entry`` refitted with ``observations`` (a run's stages) added to its history: the
+    newest :data:`MAX_HISTORY` history stages and the calibration stages, one revision later."""
+    if not observations:
+        return entry
+    history = (entry.history + observations)[-MAX_HISTORY:]
+    result = fit(entry.calibration + history, entry.profile, bootstrap=bootstrap)
+    profile = replace(result.profile, revision=entry.profile.revision + 1)
+    return Entry(profile, entry.calibration, history)

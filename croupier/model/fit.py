@@ -1,0 +1,447 @@
+"""Fitting a profile's coefficients from measured stages, robustly, each with its uncertainty.
+
+The data are :class:`Observation` s: finished stages (of the calibration workload or of any run),
+each with its facts, the concurrency it ran with, its wall time and, per phase kind, the bytes,
+wall seconds and request seconds its tasks spent there. The stage model
+(:mod:`croupier.model.stage`) has three groups of coefficients, fitted in three steps so that every
+one is told apart by what measures it directly (issue 15: identifiable terms)::
+
+    1. compute per phase kind:       phase wall - request time  =  c_k * bytes + d_k * calls  (per kind)
+    2. read and write multipliers:   request time of the phases =  scale * C * grid term  (per direction)
+    3. start-up, waves, first touch: stage wall - pack * (compute + storage)
+                                                                =  t0 + t1 * waves + f * bytes per task
+
+Step 1 and 2 read time *inside* the tasks, so no stage-level overhead leaks into them; step 3
+explains what is left of each stage's wall time by the three terms, which differ in how they grow
+(not at all; with waves; with the bytes of one task), so a calibration that varies waves at one
+task size and task size at one wave count separates them. Every estimate is robust (Huber
+weights on the residuals, so a run disturbed by a noisy neighbour counts little) and carries a
+bootstrap standard error (resampling stages). A coefficient the data cannot tell (no variation
+in its regressor, or no bytes of a kind) keeps the base profile's value and its uncertainty, and
+the fit report says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from croupier.model.profile import Curve, StorageProfile
+from croupier.model.stage import StageFacts, io_term, predict_stage
+
+#: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
+HUBER_K = 1.5
+BOOTSTRAP = 100
+#: Phase kinds whose requests are reads, writes, or both (an exchange level passes data on).
+READ_PREFIX, WRITE_PREFIX, BOTH = "read:", "write:", ("regroup",)
+#: Fallback keys fitted from all kinds of a family, for kinds a later run has that the fit never saw.
+FAMILIES = ("read:", "write:", "")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One finished stage, as the fit sees it.
+
+    ``phases``: per kind, [bytes, wall seconds, request seconds, calls] summed over the tasks.
+    """
+
+    facts: StageFacts
+    concurrency: int
+    wall: float
+    phases: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.facts
+        return {
+            "name": f.name, "tasks": f.tasks, "reads": f.reads, "read_bytes": f.read_bytes, "writes": f.writes,
+            "write_bytes": f.write_bytes, "exchange_reads": f.exchange_reads, "exchange_read_bytes": f.exchange_read_bytes,
+            "concurrency": self.concurrency, "wall": self.wall, "source": self.source,
+            "phases": {k: [round(float(x), 6) for x in v] for k, v in self.phases.items()},
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Observation:
+        phases = {k: tuple(float(x) for x in v) for k, v in d["phases"].items()}
+        facts = StageFacts(
+            d["name"], int(d["tasks"]), {k: v[0] for k, v in phases.items()}, int(d["reads"]), float(d["read_bytes"]),
+            int(d["writes"]), float(d["write_bytes"]), int(d.get("exchange_reads", 0)), float(d.get("exchange_read_bytes", 0.0)),
+            {k: v[3] for k, v in phases.items()},
+        )  # fmt: skip
+        return cls(facts, int(d["concurrency"]), float(d["wall"]), phases, str(d.get("source", "")))
+
+
+def observation_from_report(stage: Any, concurrency: int, source: str = "") -> Observation | None:
+    """The observation of a finished stage (a :class:`croupier.report.StageReport` or its JSON
+    dict); None for stages the model does not describe (no tasks, no phases: the driver)."""
+    from croupier.model.stage import facts_from_report
+
+    if isinstance(stage, Mapping):
+        return _observation_from_json(stage, concurrency, source)
+    if not stage.tasks or not stage.phases:
+        return None
+    phases = {k: tuple(float(x) for x in v) for k, v in stage.phases.items()}
+    return Observation(facts_from_report(stage), concurrency, float(stage.wall_seconds), phases, source)
+
+
+def _observation_from_json(stage: Mapping[str, Any], concurrency: int, source: str) -> Observation | None:
+    if not stage.get("tasks") or not stage.get("phases"):
+        return None
+    io, exchange = stage.get("io", {}), stage.get("exchange_io", {})
+
+    def count(stats: Mapping[str, Any], kinds: Sequence[str], what: str) -> float:
+        return float(sum(stats.get(k, {}).get(what, 0) for k in kinds))
+
+    phases = {k: tuple(float(x) for x in v) for k, v in stage["phases"].items()}
+    facts = StageFacts(
+        stage["name"], int(stage["tasks"]), {k: v[0] for k, v in phases.items()},
+        int(count(io, ("GET", "GET_RANGE"), "requests")), count(io, ("GET", "GET_RANGE"), "bytes"),
+        int(count(io, ("PUT",), "requests")), count(io, ("PUT",), "bytes"),
+        int(count(exchange, ("GET", "GET_RANGE"), "requests")), count(exchange, ("GET", "GET_RANGE"), "bytes"),
+        {k: v[3] for k, v in phases.items()},
+    )  # fmt: skip
+    return Observation(facts, concurrency, float(stage["wall_seconds"]), phases, source)
+
+
+def observations_from_report(report: Any, concurrency: int, source: str = "") -> list[Observation]:
+    """The observations of a run report (a :class:`croupier.report.RunReport` or its JSON dict):
+    one per stage, except that stages that ran in one executor call (``shared``) are one
+    observation together — their tasks shared the functions, and their wall time is the call's."""
+    stages = report["stages"] if isinstance(report, Mapping) else report.stages
+    out: list[Observation] = []
+    groups: dict[tuple[str, ...], list[Observation]] = {}
+    for stage in stages:
+        obs = observation_from_report(stage, concurrency, source)
+        if obs is None:
+            continue
+        shared = tuple(stage.get("shared", ()) if isinstance(stage, Mapping) else getattr(stage, "shared", ()))
+        if len(shared) > 1:
+            groups.setdefault(shared, []).append(obs)
+        else:
+            out.append(obs)
+    out += [merge(group) for group in groups.values()]
+    return out
+
+
+def merge(group: Sequence[Observation]) -> Observation:
+    """Stages run as one executor call, as one observation: facts and phases added up."""
+    if len(group) == 1:
+        return group[0]
+    phases: dict[str, list[float]] = {}
+    for o in group:
+        for k, v in o.phases.items():
+            total = phases.setdefault(k, [0.0] * len(v))
+            for i, x in enumerate(v):
+                total[i] += x
+    fs = [o.facts for o in group]
+    facts = StageFacts(
+        "+".join(f.name for f in fs), sum(f.tasks for f in fs), {k: v[0] for k, v in phases.items()},
+        sum(f.reads for f in fs), sum(f.read_bytes for f in fs), sum(f.writes for f in fs), sum(f.write_bytes for f in fs),
+        sum(f.exchange_reads for f in fs), sum(f.exchange_read_bytes for f in fs), {k: v[3] for k, v in phases.items()},
+    )  # fmt: skip
+    return Observation(facts, group[0].concurrency, max(o.wall for o in group), {k: tuple(v) for k, v in phases.items()}, group[0].source)
+
+
+def fit_curve(points: Mapping[tuple[int, int], float], sizes: Sequence[int]) -> tuple[Curve, float]:
+    """Fit q(s, P) = min(a P, qmax) per size from aggregate requests/s measured at (size, P):
+    a = the rate at the smallest P measured, per request in flight; qmax = the best aggregate
+    rate seen. Return the curve and its mean absolute % error over the points."""
+    per_worker, ceiling, errors = [], [], []
+    for size in sizes:
+        at = {p: q for (s, p), q in points.items() if s == size}
+        a = at[min(at)] / min(at)
+        qmax = max(at.values())
+        per_worker.append(a)
+        ceiling.append(max(qmax, a))
+        errors += [abs(min(a * p, qmax) - q) / q for p, q in at.items()]
+    return Curve(tuple(float(s) for s in sizes), tuple(per_worker), tuple(ceiling)), 100 * float(np.mean(errors))
+
+
+# --- robust estimators --------------------------------------------------------------------------
+
+
+def huber_weights(residuals: np.ndarray) -> np.ndarray:
+    """Weights in (0, 1]: 1 within HUBER_K robust standard deviations, falling as 1/|r| beyond."""
+    scale = 1.4826 * float(np.median(np.abs(residuals - np.median(residuals)))) if len(residuals) else 0.0
+    if scale <= 0:
+        return np.ones_like(residuals)
+    z = np.abs(residuals) / (HUBER_K * scale)
+    return np.where(z <= 1, 1.0, 1.0 / np.maximum(z, 1e-12))
+
+
+def robust_ratio(x: np.ndarray, y: np.ndarray) -> float:
+    """c in y = c x (through the origin), weighted by x (big observations count more), with Huber
+    weights on each observation's deviation per unit of x. NaN when x has nothing."""
+    keep = x > 0
+    x, y = x[keep], y[keep]
+    if not len(x) or x.sum() <= 0:
+        return math.nan
+    c = float(y.sum() / x.sum())
+    for _ in range(8):
+        w = huber_weights(y / x - c)
+        c = float((w * y).sum() / (w * x).sum())
+    return max(0.0, c)
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0, for a few columns: the best of the feasible
+    solutions over all subsets of free columns (exact for the 2 and 3 columns used here), from the
+    normal equations (a few tiny solves, fast enough to bootstrap)."""
+    n = a.shape[1]
+    ata, atb, btb = a.T @ a, a.T @ b, float(b @ b)
+    best, best_cost = np.zeros(n), btb
+    for mask in range(1, 1 << n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        sub = ata[np.ix_(cols, cols)]
+        try:
+            sol = np.linalg.solve(sub, atb[cols])
+        except np.linalg.LinAlgError:
+            sol = np.linalg.lstsq(sub, atb[cols], rcond=None)[0]
+        if (sol < 0).any():
+            continue
+        cost = btb - 2 * float(sol @ atb[cols]) + float(sol @ sub @ sol)
+        if cost < best_cost - 1e-12 * max(btb, 1e-30):
+            best, best_cost = np.zeros(n), cost
+            best[cols] = sol
+    return best
+
+
+# --- the design: what each observation contributes to each step, computed once -------------------
+
+
+@dataclass
+class Design:
+    """Per observation: the model's regressors under the base profile's curves (they do not depend
+    on the coefficients being fitted), and the measured quantities each step fits."""
+
+    kinds: list[str]
+    bytes: np.ndarray  # (n, kinds): bytes per kind
+    calls: np.ndarray  # (n, kinds): calls per kind (one per task that ran the phase)
+    cpu: np.ndarray  # (n, kinds): phase wall - request seconds, task-seconds
+    read_io: np.ndarray  # (n,): request seconds of read phases, task-seconds
+    write_io: np.ndarray
+    both_io: np.ndarray  # (n,): request seconds of phases that read and write (exchange levels)
+    read_unit: np.ndarray  # (n,): the read term with multiplier 1, task-seconds (C x stage seconds)
+    write_unit: np.ndarray
+    c: np.ndarray  # functions at once
+    pack: np.ndarray
+    waves: np.ndarray
+    task_bytes: np.ndarray  # largest phase bytes / tasks
+    wall: np.ndarray
+
+
+def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
+    """The fit's design matrices (see :class:`Design`)."""
+    kinds = sorted({k for o in observations for k in o.phases})
+    index = {k: i for i, k in enumerate(kinds)}
+    n = len(observations)
+    nbytes, calls, cpu = np.zeros((n, len(kinds))), np.zeros((n, len(kinds))), np.zeros((n, len(kinds)))
+    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "wall")}
+    unit = replace(base, read_scale=1.0, write_scale=1.0)
+    for i, o in enumerate(observations):
+        tasks = max(1, o.facts.tasks)
+        c = max(1, min(tasks, o.concurrency))
+        waves = math.ceil(tasks / c)
+        terms = {t.name.split()[0]: t.seconds for t in predict_stage(o.facts, unit, o.concurrency).terms if t.name.startswith(("read", "write"))}
+        r_unit, w_unit = terms.get("read", 0.0) * c / (waves * c / tasks), terms.get("write", 0.0) * c / (waves * c / tasks)
+        r_io = w_io = b_io = 0.0
+        for kind, (b, wall, req, *rest) in o.phases.items():
+            io = min(max(req, 0.0), wall)
+            if kind.startswith(READ_PREFIX):
+                r_io += io
+            elif kind.startswith(WRITE_PREFIX):
+                w_io += io
+            elif kind in BOTH:
+                b_io += io
+            nbytes[i, index[kind]] += b
+            calls[i, index[kind]] += rest[0] if rest else tasks
+            cpu[i, index[kind]] += max(0.0, wall - io)
+        values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
+                      task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, wall=o.wall)  # fmt: skip
+        for name, v in values.items():
+            cols[name][i] = v
+    return Design(kinds, nbytes, calls, cpu, **cols)
+
+
+# --- the fit ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """One set of fitted coefficients (NaN: not identifiable from these observations)."""
+
+    compute: dict[str, float]
+    calls: dict[str, float]
+    read_scale: float
+    write_scale: float
+    t0: float
+    t1: float
+    first_touch: float
+
+    def as_dict(self) -> dict[str, float]:
+        out = {"t0": self.t0, "t1": self.t1, "first_touch": self.first_touch, "read_scale": self.read_scale, "write_scale": self.write_scale}
+        return out | {f"compute:{k}": v for k, v in self.compute.items()} | {f"call:{k}": v for k, v in self.calls.items()}
+
+
+def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients:
+    """Steps 1-3 of the module docstring on the observations ``rows`` (indices, repeats allowed)."""
+    compute: dict[str, float] = {}
+    calls: dict[str, float] = {}
+    for j, k in enumerate(d.kinds):
+        compute[k], calls[k] = per_kind(d.bytes[rows, j], d.calls[rows, j], d.cpu[rows, j])
+    for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
+        js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family))]
+        if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
+            compute[family] = robust_ratio(d.bytes[rows][:, js].sum(axis=1), d.cpu[rows][:, js].sum(axis=1))
+            known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
+            calls[family] = float(np.median(known)) if known else math.nan
+    read_scale, write_scale = _fit_scales(d, rows)
+    c_vec = np.array([compute[k] if not math.isnan(compute[k]) else base.compute_cost(k) for k in d.kinds])
+    d_vec = np.array([calls[k] if not math.isnan(calls[k]) else base.call_cost(k) for k in d.kinds])
+    rs = base.read_scale if math.isnan(read_scale) else read_scale
+    ws = base.write_scale if math.isnan(write_scale) else write_scale
+    busy = d.bytes[rows] @ c_vec + d.calls[rows] @ d_vec + rs * d.read_unit[rows] + ws * d.write_unit[rows]
+    left = d.wall[rows] - d.pack[rows] * busy / d.c[rows]
+    t0, t1, f = _fit_overheads(left, d.waves[rows], d.task_bytes[rows], d.wall[rows], base)
+    return Coefficients(compute, calls, read_scale, write_scale, t0, t1, f)
+
+
+def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[float, float]:
+    """(c, d) in cpu = c * bytes + d * calls, robustly, >= 0, every observation by its % error.
+    When bytes per call hardly vary the two cannot be told apart: then c alone (d NaN), or d
+    alone for a kind that never moves bytes (c NaN)."""
+    keep = (calls > 0) | (nbytes > 0)
+    nbytes, calls, cpu = nbytes[keep], calls[keep], cpu[keep]
+    if not len(cpu):
+        return math.nan, math.nan
+    if nbytes.sum() <= 0:
+        return math.nan, robust_ratio(calls, cpu)
+    per_call = nbytes[calls > 0] / calls[calls > 0]
+    if len(per_call) < 3 or per_call.min() <= 0 or per_call.max() < 2 * per_call.min():
+        return robust_ratio(nbytes, cpu), math.nan
+    a = np.stack([nbytes, calls], axis=1)
+    scale = 1.0 / np.maximum(cpu, 1e-4)
+    colscale = np.maximum(a.max(axis=0), 1e-30)
+    weights = np.ones(len(cpu))
+    for _ in range(8):
+        sol = nnls(a * (scale * weights)[:, None] / colscale, cpu * scale * weights) / colscale
+        weights = np.sqrt(huber_weights((a @ sol - cpu) * scale))
+    return float(sol[0]), float(sol[1])
+
+
+def _fit_scales(d: Design, rows: np.ndarray) -> tuple[float, float]:
+    """Read and write multipliers from the stages whose phases read or write (not both: an
+    exchange level's one phase does both, so its requests cannot be split); from the levels,
+    one common multiplier, only when nothing else measured a direction."""
+    pure = d.both_io[rows] == 0
+    mixed = ~pure & (d.both_io[rows] > 0)
+    read = robust_ratio(d.read_unit[rows][pure], d.read_io[rows][pure])
+    write = robust_ratio(d.write_unit[rows][pure], d.write_io[rows][pure])
+    if math.isnan(read) or math.isnan(write):
+        common = robust_ratio(d.read_unit[rows][mixed] + d.write_unit[rows][mixed], d.both_io[rows][mixed])
+        read = common if math.isnan(read) else read
+        write = common if math.isnan(write) else write
+    return read, write
+
+
+def _fit_overheads(left: np.ndarray, waves: np.ndarray, task_bytes: np.ndarray, wall: np.ndarray, base: StorageProfile) -> tuple[float, float, float]:
+    """t0, t1, f from what the phases leave of each stage's wall time: relative least squares
+    (every stage counts by its % error), non-negative, Huber-reweighted. A regressor that does not
+    vary keeps the base profile's coefficient (NaN marks it as not identified)."""
+    columns = [np.ones_like(waves), waves, task_bytes]
+    fixed = [base.startup_seconds, base.wave_seconds, base.first_touch_seconds_per_byte]
+    free = [0] + [j for j in (1, 2) if np.ptp(columns[j]) > 0 and len(set(columns[j].tolist())) >= 2]
+    if len(wall) < len(free) + 2:
+        return (math.nan, math.nan, math.nan)
+    target = left - sum(columns[j] * fixed[j] for j in range(3) if j not in free)
+    scale = 1.0 / np.maximum(wall, 1e-3)
+    a = np.stack([columns[j] for j in free], axis=1) * scale[:, None]
+    b = target * scale
+    colscale = np.maximum(np.abs(a).max(axis=0), 1e-30)
+    weights = np.ones(len(b))
+    for _ in range(6):
+        sol = nnls(a * weights[:, None] / colscale, b * weights) / colscale
+        weights = np.sqrt(huber_weights(a @ sol - b))
+    out = [math.nan, math.nan, math.nan]
+    for j, v in zip(free, sol):
+        out[j] = float(v)
+    return out[0], out[1], out[2]
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted profile, and how well and how surely each coefficient was measured."""
+
+    profile: StorageProfile
+    estimates: dict[str, float]  # coefficient -> value (NaN: kept from the base profile)
+    errors: dict[str, float]  # coefficient -> bootstrap standard error (absolute)
+    mape: float  # mean absolute % error of the fitted model over the observations' wall times
+    observations: int
+
+    def describe(self) -> str:
+        """Every coefficient with its standard error, and the fit's error."""
+        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "first_touch": ("ms/GB", 1e12), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
+        units |= {k: ("ms per call", 1e3) for k in self.estimates if k.startswith("call:")}
+        lines = [f"fit over {self.observations} stages: mean abs error {self.mape:.1f}%, residual spread {100 * self.profile.residual:.1f}% (1 sd)"]
+        for name, value in sorted(self.estimates.items(), key=lambda kv: (kv[0].startswith("compute:"), kv[0])):
+            unit, factor = units.get(name, ("ns/B", 1e9))
+            if math.isnan(value):
+                lines.append(f"  {name:<52} not identifiable from these stages: kept from the base profile")
+                continue
+            error = self.errors.get(name, math.nan)
+            flag = "" if math.isnan(error) or value > 2 * error else "  (within 2 standard errors of 0)"
+            lines.append(f"  {name:<52} {value * factor:10.4g} +- {error * factor:.2g} {unit}{flag}")
+        return "\n".join(lines)
+
+
+def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: int = BOOTSTRAP, seed: int = 0) -> FitResult:
+    """Fit the profile's compute, storage-multiplier, start-up, wave and first-touch coefficients
+    to ``observations``; curves and bandwidths stay the base profile's (they come from the grid)."""
+    if not observations:
+        return FitResult(base, {}, {}, math.nan, 0)
+    d = design(observations, base)
+    n = len(observations)
+    point = _fit_once(d, np.arange(n), base)
+    rng = np.random.default_rng(seed)
+    samples = [_fit_once(d, rng.integers(0, n, n), base).as_dict() for _ in range(bootstrap)]
+    estimates = point.as_dict()
+    errors = {}
+    for name in estimates:
+        values = np.array([s.get(name, math.nan) for s in samples], dtype=float)
+        values = values[~np.isnan(values)]
+        errors[name] = float(values.std(ddof=1)) if len(values) > 2 else math.nan
+    profile = apply(base, point, errors)
+    residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in observations if o.wall > 0])
+    spread = 1.4826 * float(np.median(np.abs(residuals))) if len(residuals) else base.residual
+    mape = 100 * float(np.mean(np.abs(residuals))) if len(residuals) else math.nan
+    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n))
+    return FitResult(profile, estimates, errors, mape, n)
+
+
+def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) -> StorageProfile:
+    """``base`` with the identified coefficients of ``c`` and their relative errors."""
+
+    def value(v: float, old: float) -> float:
+        return old if math.isnan(v) else v
+
+    compute = dict(base.compute) | {k: v for k, v in c.compute.items() if not math.isnan(v)}
+    calls = dict(base.call_seconds) | {k: v for k, v in c.calls.items() if not math.isnan(v)}
+    uncertainty = dict(base.uncertainty)
+    for name, v in c.as_dict().items():
+        e = errors.get(name, math.nan)
+        if not math.isnan(v) and not math.isnan(e):
+            uncertainty[name] = min(10.0, e / v) if v > 0 else 10.0
+    return replace(
+        base,
+        compute=compute,
+        call_seconds=calls,
+        read_scale=value(c.read_scale, base.read_scale),
+        write_scale=value(c.write_scale, base.write_scale),
+        startup_seconds=value(c.t0, base.startup_seconds),
+        wave_seconds=value(c.t1, base.wave_seconds),
+        first_touch_seconds_per_byte=value(c.first_touch, base.first_touch_seconds_per_byte),
+        uncertainty=uncertainty,
+    )

@@ -1,0 +1,89 @@
+"""Self-calibration on a store's first run, the cache, and learning from every run (real runs on
+the local folder, with the calibration's sizes shrunk)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from croupier.config import Config
+from croupier.dag import calibration
+from croupier.jobs.gensort import gensort
+from croupier.jobs.sort import sort
+from croupier.jobs.valsort import valsort
+from croupier.model.cache import ProfileCache, machine_id, store_key
+
+
+@pytest.fixture
+def tiny_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calibration, "QUICK", calibration.TEST)
+    monkeypatch.setattr(calibration, "LARGEST", 0.3)
+
+
+def _calibrating(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "croupier" and "calibrating" in r.getMessage()]
+
+
+def test_first_run_calibrates_once_caches_and_every_run_refines(tmp_path: Path, tiny_calibration: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="croupier")
+    config = Config(concurrency=2, calibration="auto", profile_cache=str(tmp_path / "cache"))
+    inp, out = (tmp_path / "in").as_uri(), (tmp_path / "out").as_uri()
+    cache = ProfileCache(config.profile_cache)
+    key = (machine_id(), store_key(inp, None), 2)
+
+    first = gensort(inp, 200_000, parts=2, config=config)
+    assert len(_calibrating(caplog)) == 1, "the first job on the store calibrates it, saying so once"
+    entry = cache.load(*key)
+    assert entry is not None and entry.calibration and entry.profile.machine == key[0]
+    assert first.summary["profile"] == f"{key[1]}@r0"  # predicted by the fresh calibration
+    assert entry.profile.revision == 1 and len(entry.history) == 1  # ...and refined by the run
+    assert {k for k in entry.profile.compute} >= {"records_sort", "read:parquet", "hash_aggregate", "hash_join", "sort"}
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and "_calibration" in str(p)]
+    assert leftovers == [], "the calibration deletes what it wrote"
+
+    # a deliberately wrong coefficient; the second run must not calibrate again, and learns
+    truth = entry.profile.compute["records_sort"]
+    entry.profile = replace(entry.profile, compute=dict(entry.profile.compute, records_sort=100 * truth))
+    cache.save(entry, *key)
+    monkeypatch.setattr(calibration, "calibrate_store", _must_not_run)
+    caplog.clear()
+    report = sort(inp, out, 2, config)
+    assert _calibrating(caplog) == []
+    assert report.summary["profile"] == f"{key[1]}@r1"
+    assert report.stage("reduce").predicted["profile"] == f"{key[1]}@r1"
+    after = cache.load(*key)
+    assert after is not None and after.profile.revision == 2 and len(after.history) > 1
+    assert after.profile.compute["records_sort"] < 10 * truth, "the run's measured sort pulled the wrong cost back"
+    assert valsort(out, config, inp)[0].ok
+
+
+def _must_not_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("calibrated a store that has a cached profile")
+
+
+def test_calibration_off_neither_calibrates_nor_touches_the_cache(tmp_path: Path, tiny_calibration: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="croupier")
+    config = Config(concurrency=2, calibration="off", profile_cache=str(tmp_path / "cache"))
+    report = gensort((tmp_path / "in").as_uri(), 10_000, parts=2, config=config)
+    assert _calibrating(caplog) == [] and not (tmp_path / "cache").exists()
+    assert report.summary["profile"] == "local@r0"  # the shipped profile
+
+
+def test_calibrate_command_refits_from_stored_reports(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from croupier.cli import main
+
+    runner = CliRunner()
+    inp, out = str(tmp_path / "in"), str(tmp_path / "out")
+    args = ["--concurrency", "2", "--no-calibrate"]
+    assert runner.invoke(main, args + ["gensort", inp, "--size", "2MB", "--parts", "2"]).exit_code == 0
+    result = runner.invoke(main, args + ["sort", inp, out, "--workers", "4", "--report", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, args + ["--profile", "local", "calibrate", "--from-reports", str(tmp_path / "r.json"), "--out", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    assert "refitted from" in result.output and "records_sort" in result.output and "+-" in result.output
+    assert "local@r1" in result.output

@@ -1,0 +1,200 @@
+"""Fitting the stage model: synthetic timings from known coefficients are recovered, robustly;
+learning from run reports; prediction ranges and the selector's robust choice."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from croupier.exchange.plan import ExchangePlan
+from croupier.jobs.calibrate import describe, from_reports
+from croupier.model.fit import Observation, fit, observations_from_report
+from croupier.model.perf import Prediction
+from croupier.model.profile import Curve, StorageProfile
+from croupier.model.selector import choose, robust
+from croupier.model.stage import StageFacts, StagePrediction, Term, interval, predict_stage
+
+CONCURRENCY = 2
+
+
+def truth() -> StorageProfile:
+    """The coefficients the synthetic timings are generated from."""
+    return StorageProfile(
+        name="truth", source="test",
+        read=Curve((4096.0, 1e6, 16e6), (3000.0, 800.0, 60.0), (6000.0, 2000.0, 200.0)),
+        write=Curve((4096.0, 1e6, 16e6), (1500.0, 400.0, 30.0), (3000.0, 1000.0, 100.0)),
+        read_bandwidth=1e9, write_bandwidth=5e8, startup_seconds=0.02, wave_seconds=0.004,
+        compute={"read:parquet": 2e-9, "hash_aggregate": 1.5e-9, "write:exchange-frames-arrow-hash": 1e-9,
+                 "read:exchange-frames-arrow": 0.5e-9, "sort": 6e-9, "regroup": 0.4e-9, "write:output-parquet": 3e-9},
+        call_seconds={"read:parquet": 2e-3, "write:output-parquet": 3e-3, "hash_aggregate": 0.5e-3, "regroup": 1e-3},
+        read_scale=0.6, write_scale=1.3, first_touch_seconds_per_byte=2e-10, concurrency=CONCURRENCY, max_streams=8,
+    )  # fmt: skip
+
+
+def wrong(profile: StorageProfile) -> StorageProfile:
+    """The same store with every fitted coefficient wrong (the curves stay: the grid measures them)."""
+    return replace(profile, compute={}, call_seconds={}, read_scale=1.0, write_scale=1.0, startup_seconds=0.3, wave_seconds=0.1, first_touch_seconds_per_byte=0.0)
+
+
+#: Stage shapes: phase kinds with their share of D, and how the stage reads.
+SHAPES = (
+    ({"read:parquet": 1.0, "hash_aggregate": 1.0, "write:exchange-frames-arrow-hash": 1.0}, "scan"),
+    ({"read:exchange-frames-arrow": 1.0, "hash_aggregate": 1.0, "write:output-parquet": 0.3}, "final"),
+    ({"regroup": 1.0}, "level"),
+    ({"read:exchange-frames-arrow": 1.0, "sort": 1.0, "write:output-parquet": 1.0}, "sort"),
+)
+
+
+def synthetic(t: StorageProfile, noise: float = 0.0, seed: int = 0) -> list[Observation]:
+    """Stages of every shape at several task counts and sizes, timed exactly as the model says
+    ``t`` would run them (plus relative noise on the stage's wall time)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, role in SHAPES:
+        for tasks in (1, 2, 3, 4, 8, 11, 16):
+            for d in (5e6, 40e6, 200e6):
+                phases = {k: d * r for k, r in shape.items()}
+                reads = tasks if role == "scan" else tasks * (4 if role == "level" else tasks)
+                fetched = 0 if role == "scan" else reads
+                written = sum(v for k, v in phases.items() if k.startswith("write:")) or d
+                facts = StageFacts(role, tasks, phases, reads, d, tasks, written, fetched, d if fetched else 0.0)
+                out.append(_timed(facts, t, noise * rng.standard_normal()))
+    return out
+
+
+def _timed(facts: StageFacts, t: StorageProfile, error: float) -> Observation:
+    prediction = predict_stage(facts, t, CONCURRENCY)
+    c = min(facts.tasks, CONCURRENCY)
+    pack = math.ceil(facts.tasks / c) * c / facts.tasks
+    terms = {x.name.split()[0]: x.seconds * c / pack for x in prediction.terms}  # task-seconds
+    readers = [k for k in facts.phases if k.startswith("read:")] or ["regroup"]
+    writers = [k for k in facts.phases if k.startswith("write:")] or ["regroup"]
+    phases = {}
+    for kind, b in facts.phases.items():
+        io = terms["read"] * b / sum(facts.phases[k] for k in readers) if kind in readers else 0.0
+        io += terms["write"] * b / sum(facts.phases[k] for k in writers) if kind in writers else 0.0
+        cpu = t.compute_cost(kind) * b + t.call_cost(kind) * facts.tasks
+        phases[kind] = (b, cpu + io, io, float(facts.tasks))
+    return Observation(facts, CONCURRENCY, prediction.seconds * (1 + error), phases)
+
+
+def coefficients(p: StorageProfile) -> dict[str, float]:
+    out = {"t0": p.startup_seconds, "t1": p.wave_seconds, "first_touch": p.first_touch_seconds_per_byte, "read_scale": p.read_scale, "write_scale": p.write_scale}
+    return out | {f"compute:{k}": p.compute[k] for k in truth().compute} | {f"call:{k}": p.call_seconds[k] for k in truth().call_seconds}
+
+
+def assert_recovered(fitted: StorageProfile, tolerance: float) -> None:
+    for name, value in coefficients(truth()).items():
+        assert coefficients(fitted)[name] == pytest.approx(value, rel=tolerance), name
+
+
+def test_fit_recovers_every_coefficient_from_exact_timings() -> None:
+    result = fit(synthetic(truth()), wrong(truth()), bootstrap=10)
+    assert_recovered(result.profile, 1e-6)
+    assert result.mape < 1e-6 and result.observations == 84
+    assert "+-" in result.describe() and "compute:sort" in result.describe()
+
+
+def test_fit_discounts_outliers_from_noisy_runs() -> None:
+    """One stage in nine took 2.5 times as long (a noisy neighbour): every term still within 5%."""
+    observations = synthetic(truth(), noise=0.002, seed=3)
+    for i in range(0, len(observations), 9):
+        observations[i] = replace(observations[i], wall=observations[i].wall * 2.5)
+    result = fit(observations, wrong(truth()), bootstrap=10)
+    assert_recovered(result.profile, 0.05)
+
+
+def test_fit_reports_uncertainty_that_grows_with_noise() -> None:
+    quiet = fit(synthetic(truth(), noise=0.005, seed=1), wrong(truth()), bootstrap=40)
+    noisy = fit(synthetic(truth(), noise=0.08, seed=1), wrong(truth()), bootstrap=40)
+    assert noisy.errors["t0"] > quiet.errors["t0"] > 0
+    assert noisy.profile.residual > quiet.profile.residual
+    assert 0 < noisy.profile.uncertainty["t0"] < 10
+
+
+def test_a_term_the_data_cannot_tell_keeps_the_base_value() -> None:
+    """All stages with one task per function (one wave): t1 is not identifiable and is kept."""
+    observations = [o for o in synthetic(truth()) if o.facts.tasks <= CONCURRENCY]
+    base = replace(wrong(truth()), wave_seconds=0.123)
+    result = fit(observations, base, bootstrap=5)
+    assert math.isnan(result.estimates["t1"]) and result.profile.wave_seconds == 0.123
+    assert "not identifiable" in result.describe()
+
+
+def _stage_json(o: Observation) -> dict:
+    f = o.facts
+    data = f.reads - f.exchange_reads
+    return {
+        "name": f.name, "tasks": f.tasks, "wall_seconds": o.wall, "phases": {k: list(v) for k, v in o.phases.items()},
+        "io": {"GET": {"requests": f.reads, "bytes": f.read_bytes}, "PUT": {"requests": f.writes, "bytes": f.write_bytes}},
+        "exchange_io": {"GET": {"requests": f.exchange_reads, "bytes": f.exchange_read_bytes}} if f.exchange_reads else {},
+        "predicted": {"concurrency": o.concurrency}, "shared": [], "_data_reads": data,
+    }  # fmt: skip
+
+
+def test_learning_from_reports_moves_a_wrong_coefficient_toward_the_truth(tmp_path: Path) -> None:
+    """Run reports (JSON as --report writes it) of stages timed under the true coefficients refit
+    a profile whose sort cost is 20 times too high."""
+    t = truth()
+    bad = replace(t, compute=dict(t.compute, sort=20 * t.compute["sort"]), revision=4)
+    report = {"run_id": "r1", "stages": [_stage_json(o) for o in synthetic(t)]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(report))
+    assert len(observations_from_report(report, CONCURRENCY)) == 84
+    result = from_reports([path], bad, CONCURRENCY)
+    assert result.profile.compute["sort"] == pytest.approx(t.compute["sort"], rel=1e-3)
+    assert result.profile.revision == 5 and "refitted from 84 stages" in result.profile.source
+    assert "compute per phase kind" in describe(result.profile)
+
+
+def test_stages_that_shared_an_executor_call_are_one_observation() -> None:
+    a, b = synthetic(truth())[:2]
+    report = {"stages": [_stage_json(a) | {"shared": ["x", "y"], "wall_seconds": 1.0}, _stage_json(b) | {"shared": ["x", "y"], "wall_seconds": 1.0}]}
+    (merged,) = observations_from_report(report, CONCURRENCY)
+    assert merged.facts.tasks == a.facts.tasks + b.facts.tasks and merged.wall == 1.0
+
+
+# --- ranges and the robust choice ---------------------------------------------------------------
+
+
+def _prediction(seconds: float, spread: float, levels: int = 1) -> Prediction:
+    stage = StagePrediction("s", (Term("compute", seconds, "", (("c", seconds),)),), {"c": spread}, 0.0)
+    return Prediction(ExchangePlan.direct(4), 10**6, (stage,) * 1)
+
+
+def test_ranges_come_from_coefficient_errors_and_residual() -> None:
+    exact = replace(truth(), uncertainty={k: 0.0 for k in coefficients(truth())}, residual=0.0)
+    facts = StageFacts("s", 8, {"sort": 1e8, "read:parquet": 1e8}, 8, 1e8, 8, 1e8)
+    assert predict_stage(facts, exact, 2).interval() == pytest.approx((predict_stage(facts, exact, 2).seconds,) * 2)
+    sure = predict_stage(facts, replace(exact, residual=0.05), 2)
+    unsure = predict_stage(facts, replace(exact, residual=0.05, uncertainty={"compute:sort": 0.3}), 2)
+    low, high = unsure.interval()
+    assert low < sure.interval()[0] < sure.seconds < sure.interval()[1] < high
+    # coefficient errors add up linearly over stages that share them, residuals in quadrature
+    two = interval([unsure, unsure])
+    assert two[1] - 2 * unsure.seconds > math.sqrt(2) * (high - unsure.seconds)
+
+
+def test_robust_choice_prefers_the_best_worst_case_when_ranges_overlap() -> None:
+    shaky, steady, slow = _prediction(1.0, 0.4), _prediction(1.1, 0.02), _prediction(2.0, 0.01)
+    assert shaky.high > steady.high and shaky.low < steady.high
+    assert robust(shaky, [shaky, steady, slow]) is steady
+    clear = _prediction(0.5, 0.01)
+    assert robust(clear, [clear, steady, slow]) is clear  # no overlap: the point estimate stands
+
+
+def test_selector_explains_ranges_and_a_robust_choice() -> None:
+    """Far beyond the grid's measured parallelism, the throughput terms are extrapolated (wider
+    ranges); the choice and every candidate show a range."""
+    profile = replace(truth(), concurrency=1000, function_memory=2 << 30, max_streams=4)
+    choice = choose(50 * 10**9, profile, max_workers=300)
+    assert choice.best.low <= choice.best.seconds <= choice.best.high
+    text = choice.explain(5)
+    assert "90% range" in text and f"({choice.best.low:.3f}-{choice.best.high:.3f})" in text
+    if choice.point is not None:
+        assert choice.best.high <= choice.point.high and "best worst case" in text
