@@ -363,14 +363,15 @@ def demo_cmd(ctx: click.Context, size: int, workdir: str, workers: int | None, k
 @main.command("sql")
 @click.argument("query")
 @click.option("--table", "tables", multiple=True, metavar="NAME=URL", help="A table the query reads: Parquet (or .csv) files at URL (a file, a folder/prefix or a glob). Repeat for each table.")
-@click.option("--out", "out_url", default=None, help="Write the result as Parquet part files under this folder/prefix instead of printing it.")
+@click.option("--out", "out_url", default=None, help="Write the result as part files under this folder/prefix instead of printing it.")
+@click.option("--format", "out_format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True, help="With --out: the format of the part files.")
 @click.option("--overwrite", is_flag=True, help="With --out: replace what the folder holds.")
 @click.option("--engine", type=click.Choice(["croupier", "polars"]), default="croupier", show_default=True, help="croupier: run on functions and storage; polars: the same plan in Polars on this machine (local files).")
 @click.option("--rows", type=int, default=50, show_default=True, help="Rows to print.")
 @click.option("--explain", "explain_only", is_flag=True, help="Print the plans instead of running.")
 @click.pass_context
 @_guard
-def sql_cmd(ctx: click.Context, query: str, tables: tuple[str, ...], out_url: str | None, overwrite: bool, engine: str, rows: int, explain_only: bool) -> None:
+def sql_cmd(ctx: click.Context, query: str, tables: tuple[str, ...], out_url: str | None, out_format: str, overwrite: bool, engine: str, rows: int, explain_only: bool) -> None:
     """Run the SQL QUERY (DuckDB's dialect; @FILE reads it from FILE) over --table NAME=URL ..."""
     import polars as pl
 
@@ -391,7 +392,8 @@ def sql_cmd(ctx: click.Context, query: str, tables: tuple[str, ...], out_url: st
     if out_url is not None:
         if engine != "croupier":
             raise click.UsageError("--out runs on Croupier's engine; drop --engine polars")
-        files = frame.sink_parquet(out_url, overwrite=overwrite)
+        sink = frame.sink_csv if out_format == "csv" else frame.sink_parquet
+        files = sink(out_url, overwrite=overwrite)
         click.echo(f"wrote {len(files)} file(s) under {out_url}")
         return
     result = frame.collect() if engine == "croupier" else frame.to_polars().collect()

@@ -71,3 +71,12 @@ def leftover_tmp(url: str, config: Config) -> list[str]:
     """Intermediate objects left under ``url`` (anything in a ``_croupier_tmp`` folder)."""
     return [o.key for o in open_store(url, config).list() if "_croupier_tmp/" in o.key]
 
+
+
+@pytest.fixture(scope="session")
+def tpc_sql_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
+    """Every TPC-H and TPC-DS table at scale factor 0.01, one Parquet file each (DuckDB's generators)."""
+    from croupier.examples.tpc import ALL_TABLES, generate
+
+    root = tmp_path_factory.mktemp("tpc-sql")
+    return {kind: generate(kind, 0.01, root / kind, tables=ALL_TABLES[kind]) for kind in ("tpch", "tpcds")}

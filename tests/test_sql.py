@@ -234,5 +234,10 @@ def test_cli_prints_and_writes(tables: dict[str, Path], tmp_path: Path) -> None:
     back = pl.read_parquet(sorted(out.glob("part-*.parquet")))
     expected, _ = _duckdb("SELECT id, x FROM t WHERE q > 10 ORDER BY id", tables)
     assert_same(back, expected, ordered=True)
+    csv_out = tmp_path / "csv-out"
+    as_csv = runner.invoke(main, ["--no-progress", "--concurrency", "2", "--tmp", (tmp_path / "tmp").as_uri(), "sql", "SELECT id, x FROM t WHERE q > 10 ORDER BY id", "--table", f"t={tables['t']}", "--out", str(csv_out), "--format", "csv"])
+    assert as_csv.exit_code == 0, as_csv.output
+    back_csv = pl.concat([pl.read_csv(p, schema=expected.schema) for p in sorted(csv_out.glob("part-*.csv"))])
+    assert_same(back_csv, expected, ordered=True)
     bad = runner.invoke(main, ["sql", "SELECT 1", "--table", "oops"])
     assert bad.exit_code != 0 and "NAME=URL" in bad.output

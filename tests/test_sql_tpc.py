@@ -1,6 +1,6 @@
 """All 22 TPC-H and all 99 TPC-DS queries, from the official texts DuckDB ships, answer exactly what
 DuckDB answers (values, NULLs, names, DuckDB's types as mapped, order under ORDER BY; floats to
-1e-9 relative) at scale factor 0.01.
+1e-9 relative) at scale factor 0.01 (the ``tpc_sql_data`` fixture).
 
 Croupier's side is the SQL plan, lowered and optimised, translated to Polars with aggregations
 split into partial and final steps (``to_polars(partials=2)``). The same suites at SF 0.1 (and
@@ -11,46 +11,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
-import polars as pl
 import pytest
-import sqlglot
 
 import croupier
 from croupier.config import Config
-from croupier.examples.tpc import ALL_TABLES, generate, reference_sql
-from croupier.sql.types import duckdb_dtype
+from croupier.examples.tpc import reference_sql
 
 from .compare import assert_same
-
-SCALE = 0.01
+from .tpc_sql_common import duckdb_answer, is_ordered
 
 
 @pytest.fixture(scope="module")
-def tpc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
-    root = tmp_path_factory.mktemp("tpc-sql")
-    return {kind: generate(kind, SCALE, root / kind, tables=ALL_TABLES[kind]) for kind in ("tpch", "tpcds")}
-
-
-def _duckdb(kind: str, query: str, paths: dict[str, Path]) -> pl.DataFrame:
-    con = duckdb.connect()
-    con.execute("SET threads = 1")  # one deterministic order for rows that tie under ORDER BY
-    for table, path in paths.items():
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}')")
-    cursor = con.execute(query)
-    types = [str(d[1]) for d in cursor.description]
-    frame: pl.DataFrame = pl.from_arrow(cursor.to_arrow_table())  # type: ignore[assignment]
-    con.close()
-    return frame.with_columns([pl.col(c).cast(duckdb_dtype(t)) for c, t in zip(frame.columns, types) if t != "NULL"])
+def tpc(tpc_sql_data: dict[str, dict[str, Path]]) -> dict[str, dict[str, Path]]:
+    return tpc_sql_data
 
 
 def _check(kind: str, number: int, tpc: dict[str, dict[str, Path]]) -> None:
     paths = tpc[kind]
     query = reference_sql(kind, number)
-    expected = _duckdb(kind, query, paths)
+    expected = duckdb_answer(query, paths)
     frame = croupier.sql(query, {t: str(p) for t, p in paths.items()}, config=Config(concurrency=2))
     got = frame.to_polars(partials=2).collect()
-    assert_same(got, expected, ordered=sqlglot.parse_one(query, dialect="duckdb").args.get("order") is not None)
+    assert_same(got, expected, ordered=is_ordered(query))
 
 
 @pytest.mark.parametrize("number", range(1, 23))

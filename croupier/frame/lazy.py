@@ -422,6 +422,17 @@ class LazyFrame:
         """
         return self._sink(path, "parquet", max_rows_per_file, overwrite, config, executor)
 
+    def sink_csv(
+        self, path: str | Path, max_rows_per_file: int | None = None, overwrite: bool = False, config: Config | None = None, executor: Executor | None = None
+    ) -> list[str]:
+        """Run the query and write its rows as CSV part files (each with a header) under ``path``.
+
+        The same commit protocol as :meth:`sink_parquet`: parts named ``part-<task>-<run tag>[-<n>].csv``
+        in row order, listed by the ``_SUCCESS`` manifest written last. Polars' ``sink_csv`` writes one
+        file; here each task writes its own parts so that no task waits for another.
+        """
+        return self._sink(path, "csv", max_rows_per_file, overwrite, config, executor)
+
     def _sink(self, path: str | Path, fmt: str, max_rows_per_file: int | None, overwrite: bool, config: Config | None, executor: Executor | None, job: str = "query") -> list[str]:
         location = parse_location(path)
         _, _, result = self._run(None, config, executor, read=False, job=job, output=_Output(location, fmt, max_rows_per_file, overwrite))

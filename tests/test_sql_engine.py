@@ -1,0 +1,79 @@
+"""SQL through the engine: all 22 TPC-H queries and a TPC-DS subset, from the official texts DuckDB
+ships, run by ``collect()`` on worker processes (several tasks per stage: every table is cut into
+several files) on the local folder and on SeaweedFS, and answer exactly what DuckDB answers.
+
+The TPC-DS subset covers what TPC-H does not: a subplan used twice (q1), windows (q12, q47, q98),
+ROLLUP with rank (q36), a full outer join of two aggregates (q97), EXISTS / NOT EXISTS (q10, q35),
+INTERSECT (q38), UNION ALL of channels (q5, q77). The whole TPC-DS suite on the engine is
+``bench/tpc_sql.py --engine croupier``.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+import pytest
+
+import croupier
+from croupier.compute.base import Executor
+from croupier.config import Config
+from croupier.dag.run import make_executor
+from croupier.examples.tpc import reference_sql
+from croupier.storage import open_store
+
+from .compare import differences
+from .conftest import leftover_tmp
+from .tpc_sql_common import duckdb_answer, is_ordered
+
+PARTS = 3
+TPCDS_SUBSET = (1, 5, 10, 12, 35, 36, 38, 47, 77, 97, 98)
+
+
+def _upload(kind: str, paths: dict[str, Path], root: str, config: Config) -> dict[str, str]:
+    """Each table's rows cut into PARTS Parquet files under ``root``; the table URLs."""
+    store = open_store(root, config)
+    urls = {}
+    for name, path in paths.items():
+        table = pq.read_table(path)
+        step = -(-table.num_rows // PARTS) or 1
+        for i in range(PARTS):
+            buf = io.BytesIO()
+            pq.write_table(table.slice(i * step, step), buf)
+            store.put(f"{kind}/{name}/part-{i}.parquet", buf.getvalue())
+        urls[name] = f"{root}/{kind}/{name}/"
+    return urls
+
+
+@pytest.fixture
+def engine(store_env: tuple[str, Config]) -> Iterator[tuple[str, Config, Executor]]:
+    """(root, config, one executor shared by every query of the test)."""
+    root, config = store_env
+    config = config.with_(tmp_url=root)
+    with make_executor(config) as executor:
+        yield root, config, executor
+
+
+def _failures(kind: str, numbers: tuple[int, ...], data: dict[str, Path], engine: tuple[str, Config, Executor]) -> dict[str, list[str]]:
+    root, config, executor = engine
+    tables = _upload(kind, data, root, config)
+    failures: dict[str, list[str]] = {}
+    for number in numbers:
+        query = reference_sql(kind, number)
+        got = croupier.sql(query, tables, config=config).collect(executor=executor)
+        problems = differences(got, duckdb_answer(query, data), ordered=is_ordered(query))
+        if problems:
+            failures[f"{kind} q{number}"] = problems[:3]
+    return failures
+
+
+def test_all_tpch_queries_on_the_engine(engine: tuple[str, Config, Executor], tpc_sql_data: dict[str, dict[str, Path]]) -> None:
+    assert _failures("tpch", tuple(range(1, 23)), tpc_sql_data["tpch"], engine) == {}
+    assert leftover_tmp(engine[0], engine[1]) == []
+
+
+def test_tpcds_subset_on_the_engine(engine: tuple[str, Config, Executor], tpc_sql_data: dict[str, dict[str, Path]]) -> None:
+    assert _failures("tpcds", TPCDS_SUBSET, tpc_sql_data["tpcds"], engine) == {}
+    assert leftover_tmp(engine[0], engine[1]) == []
