@@ -60,3 +60,17 @@ def test_mean_of_all_null_group_is_null(table: Path, config: Config) -> None:
     got = cf.scan_parquet(table, config=config).group_by("g").agg(col("none").mean().alias("m"), col("x").mean().alias("mx")).collect()
     assert_same(got, _polars(table).group_by("g").agg(pl.col("none").mean().alias("m"), pl.col("x").mean().alias("mx")).collect())
     assert got["m"].null_count() == got.height
+
+
+@pytest.mark.parametrize("gather_limit", [None, 0], ids=["one-task-sort", "range-exchange"])
+def test_windows_keep_the_input_row_order(table: Path, config: Config, gather_limit: int | None) -> None:
+    """Polars keeps the input order through ``over``; the engine's hash exchange scatters rows,
+    so they are tagged and sorted back (in one task, or through a range exchange)."""
+    if gather_limit is not None:
+        config = config.with_(gather_limit=gather_limit)
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    got = lf.with_columns(col("x").sum().over("g").alias("s"), col("x").rank("min").over("g").alias("r")).filter(col("x").is_not_null()).head(400).collect()
+    expected = pf.with_columns(pl.col("x").sum().over("g").alias("s"), pl.col("x").rank("min").over("g").alias("r")).filter(pl.col("x").is_not_null()).head(400).collect()
+    assert_same(got, expected, ordered=True)
+    twice = lf.with_columns(col("x").max().over("g").alias("m")).with_columns(col("m").cum_sum().over("g").alias("c")).collect()
+    assert_same(twice, pf.with_columns(pl.col("x").max().over("g").alias("m")).with_columns(pl.col("m").cum_sum().over("g").alias("c")).collect(), ordered=True)

@@ -55,10 +55,12 @@ class Pair:
 
     mine: cf.LazyFrame
     theirs: pl.LazyFrame
-    ordered: bool = False
+    ordered: bool = True  # whether Polars defines the row order (scans, filters, with_columns, over and sorts keep or set it)
 
-    def apply(self, mine: Callable[[cf.LazyFrame], cf.LazyFrame], theirs: Callable[[pl.LazyFrame], pl.LazyFrame], ordered: bool = False) -> Pair:
-        return Pair(mine(self.mine), theirs(self.theirs), ordered)
+    def apply(self, mine: Callable[[cf.LazyFrame], cf.LazyFrame], theirs: Callable[[pl.LazyFrame], pl.LazyFrame], ordered: bool | None = None) -> Pair:
+        """Both sides with one more step; ``ordered``: whether the step leaves a defined row order
+        (None: as before it — a row-wise step)."""
+        return Pair(mine(self.mine), theirs(self.theirs), self.ordered if ordered is None else ordered)
 
     def numeric(self) -> list[str]:
         return [c for c, t in self.mine.schema.items() if t.is_numeric()]
@@ -167,8 +169,8 @@ def _group_by(data: st.DataObject, p: Pair, prefix: str) -> Pair:
             mine.append(getattr(col(c), fn)().alias(f"{prefix}_{i}"))
             theirs.append(getattr(pl.col(c), fn)().alias(f"{prefix}_{i}"))
     if not keys:
-        return p.apply(lambda f: f.group_by().agg(*mine), lambda f: f.select(theirs))
-    return p.apply(lambda f: f.group_by(*keys).agg(*mine), lambda f: f.group_by(keys).agg(theirs))
+        return p.apply(lambda f: f.group_by().agg(*mine), lambda f: f.select(theirs), ordered=True)  # one row
+    return p.apply(lambda f: f.group_by(*keys).agg(*mine), lambda f: f.group_by(keys).agg(theirs), ordered=False)
 
 
 def _join(data: st.DataObject, p: Pair, dims: Pair) -> Pair:
@@ -177,8 +179,8 @@ def _join(data: st.DataObject, p: Pair, dims: Pair) -> Pair:
     how = data.draw(st.sampled_from(["inner", "left", "right", "full", "semi", "anti", "cross"]))
     if how == "cross":
         small_mine, small_theirs = dims.mine.filter(col("k") < 3), dims.theirs.filter(pl.col("k") < 3)
-        return p.apply(lambda f: f.join(small_mine, how="cross"), lambda f: f.join(small_theirs, how="cross"))
-    return p.apply(lambda f: f.join(dims.mine, on="k", how=how), lambda f: f.join(dims.theirs, on="k", how=how))
+        return p.apply(lambda f: f.join(small_mine, how="cross"), lambda f: f.join(small_theirs, how="cross"), ordered=False)
+    return p.apply(lambda f: f.join(dims.mine, on="k", how=how), lambda f: f.join(dims.theirs, on="k", how=how), ordered=False)
 
 
 def _sort(data: st.DataObject, p: Pair) -> Pair:
@@ -223,7 +225,7 @@ def _check_random_pipeline(rows: list[tuple], cuts: list[int], data: st.DataObje
             elif step == "join":
                 pair = _join(data, pair, dims)
             elif step == "unique":
-                pair = pair.apply(lambda f: f.unique(), lambda f: f.unique())
+                pair = pair.apply(lambda f: f.unique(), lambda f: f.unique(), ordered=False)
             else:
                 pair = _sort(data, pair)
         expected = pair.theirs.collect()

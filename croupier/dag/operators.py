@@ -8,7 +8,7 @@ second input (a join's build side) name it; the task reads it as a side input.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -40,6 +40,34 @@ class Operator(ABC):
     @abstractmethod
     def describe(self) -> str:
         """One line for explain output."""
+
+    def for_task(self, index: int) -> Operator:
+        """This operator as task ``index`` of its stage runs it (most do not care which task)."""
+        return self
+
+
+@dataclass(frozen=True)
+class TagRows(Operator):
+    """Add column ``name``: each row's input position, ``(task index << 40) + row in the task``.
+
+    Tasks of a stage read their input in order (scan splits in file and row-group order, range
+    partitions in key order), so the tag orders rows as Polars does; after an exchange scatters
+    them (a window's hash exchange), sorting on it puts them back.
+    """
+
+    kind = "project"
+
+    name: str
+    task: int = 0
+
+    def for_task(self, index: int) -> Operator:
+        return replace(self, task=index)
+
+    def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        return df.with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + (self.task << 40)).alias(self.name))
+
+    def describe(self) -> str:
+        return f"tag rows with their input position ({self.name})"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 from croupier.config import Config
 from croupier.dag.binding import sort_phases
 from croupier.dag.operators import Filter as FilterOp
-from croupier.dag.operators import Head, Operator
+from croupier.dag.operators import Head, Operator, Select, TagRows
 from croupier.dag.operators import Window as WindowOp
 from croupier.dag.operators import Sort as SortOp
 from croupier.dag.runner import DagRunner, StageOutput
@@ -50,6 +50,7 @@ from croupier.dag.stage import (
     UnionSource,
 )
 from croupier.errors import ConfigError, CroupierError
+from croupier.expr import Col, Expr
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
@@ -90,6 +91,7 @@ class Compiler:
         self.terasort: dict[str, Any] | None = None
         self._ids = itertools.count(1)
         self._shared: dict[int, int] | None = None
+        self._order_seen: set[int] = set()
         self._materialized: dict[int, Stage] = {}
 
     def stage(self, pipe: Pipeline, sink: Sink, what: str, workers: int | None = None, name: str | None = None) -> Stage:
@@ -119,6 +121,7 @@ class Compiler:
         runs once: its rows end in a stage, and every user reads that stage's output."""
         if self._shared is None:
             self._shared = shared_nodes(node)
+            self._order_seen = order_seen(node)
         if id(node) in self._shared:
             if id(node) not in self._materialized:
                 self._materialized[id(node)] = self.stage(self._compile_node(node), ExchangeSink(SinglePartitioning()), "shared")
@@ -225,37 +228,52 @@ class Compiler:
 
     def _window(self, node: Window) -> Pipeline:
         """Window expressions need whole partitions in one task: a hash exchange on the partition
-        keys, or (no keys) everything in one task."""
+        keys, or (no keys) everything in one task. Where the result's row order is seen (Polars
+        keeps the input order through ``over``), rows are tagged with their input position before
+        the exchange and sorted back on it after."""
         op = WindowOp(node.exprs, node.partition_by, node.order_by, node.descending, node.nulls_last)
         pipe = self.compile(node.input)
         if pipe.single:
             pipe.ops.append(op)
             return pipe
+        keep_order = id(node) in self._order_seen
+        if keep_order:
+            pipe.ops.append(TagRows(ROW_TAG))
         if node.partition_by:
             stage = self.stage(pipe, ExchangeSink(HashPartitioning(node.partition_by)), "window-input")
-            return Pipeline(ExchangeInput(stage, "partition"), [op])
-        stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "window-input")
-        return Pipeline(ExchangeInput(stage, "all"), [op])
+            out = Pipeline(ExchangeInput(stage, "partition"), [op])
+        else:
+            stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "window-input")
+            out = Pipeline(ExchangeInput(stage, "all"), [op])
+        if not keep_order:
+            return out
+        self.notes.append(f"{node.label()}: rows sorted back into their input order after the exchange")
+        out = self._sorted(out, (Col(ROW_TAG),), (False,), False, "input order")
+        out.ops.append(Select(tuple(Col(c) for c in node.schema.names())))
+        return out
 
     def _sort(self, node: Sort) -> Pipeline:
-        op = SortOp(node.by, node.descending, node.nulls_last)
-        pipe = self.compile(node.input)
+        return self._sorted(self.compile(node.input), node.by, node.descending, node.nulls_last, node.label())
+
+    def _sorted(self, pipe: Pipeline, by: tuple[Expr, ...], descending: tuple[bool, ...], nulls_last: bool | tuple[bool, ...], label: str) -> Pipeline:
+        """``pipe``'s rows sorted: in one task when small, else through a range exchange."""
+        op = SortOp(by, descending, nulls_last)
         if pipe.single:
             pipe.ops.append(op)
             return pipe
-        stage = self.stage(pipe, ExchangeSink(SinglePartitioning(), sample_by=node.by, sample_rows=SAMPLE_ROWS), "sort-input")
+        stage = self.stage(pipe, ExchangeSink(SinglePartitioning(), sample_by=by, sample_rows=SAMPLE_ROWS), "sort-input")
         out = self.wait(stage)
         limit = self.config.gather_limit
         if out is None or out.bytes <= limit:
             what = "at run time" if out is None else f"{format_bytes(out.bytes)}"
-            self.notes.append(f"{node.label()}: input {what}: one task sorts if <= {format_bytes(limit)}, else a range exchange")
+            self.notes.append(f"{label}: input {what}: one task sorts if <= {format_bytes(limit)}, else a range exchange")
             return Pipeline(ExchangeInput(stage, "all"), [op])
         assert self.runner is not None
         decision = self.runner.binder.early(out.bytes, out.tasks, "measured", sort_phases(self.runner.exchanges.format_of("frames")))
         p = decision.workers
-        splitters = choose_frame_splitters(out.samples, node.descending, node.nulls_last, p)
-        partitioning = RangePartitioning(node.by, node.descending, node.nulls_last, splitters)
-        self.notes.append(f"{node.label()}: input {format_bytes(out.bytes)} > {format_bytes(limit)} -> range exchange: {decision.how}")
+        splitters = choose_frame_splitters(out.samples, descending, nulls_last, p)
+        partitioning = RangePartitioning(by, descending, nulls_last, splitters)
+        self.notes.append(f"{label}: input {format_bytes(out.bytes)} > {format_bytes(limit)} -> range exchange: {decision.how}")
         ranged = self.stage(Pipeline(ExchangeInput(stage, "forward")), ExchangeSink(partitioning, plan=decision.plan), "range")
         return Pipeline(ExchangeInput(ranged, "partition"), [op])
 
@@ -324,6 +342,28 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             d = c.dominant()
             lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
     return lines
+
+
+#: The column that carries each row's input position through a window's exchange.
+ROW_TAG = "__croupier_row"
+
+#: Nodes that keep their input's row order (Polars: filter, select/with_columns, over, slice, concat).
+ORDER_KEEPING = (Filter, Project, Window, Limit, Union)
+
+
+def order_seen(root: Node) -> set[int]:
+    """Nodes (by identity) whose output row order shows in the result: the root and, below an
+    order-keeping node whose order shows, its inputs (a limit over a sort: the sort decides)."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ORDER_KEEPING) and not (isinstance(node, Limit) and isinstance(node.input, Sort)):
+            stack.extend(node.children())
+    return seen
 
 
 def shared_nodes(root: Node) -> dict[int, int]:
