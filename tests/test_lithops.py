@@ -81,7 +81,7 @@ def test_terasort_through_lithops_matches_the_local_executor(s3_config: Config, 
     root = f"s3://{BUCKET}/lithops-{uuid.uuid4().hex[:8]}"
     config = lithops_executor.tune(s3_config)
     assert (config.concurrency, config.max_workers) == (2, 2)
-    gensort(f"{root}/in", 3_000_000, 3, config, executor=lithops_executor)
+    gensort(f"{root}/in", 600_000, 3, config, executor=lithops_executor)
     plan = ExchangePlan(Topology((2, 2)), True)
     reports = {}
     reports["lithops"] = sort(f"{root}/in", f"{root}/out-lithops", 4, config, executor=lithops_executor, plan=plan)
@@ -142,7 +142,7 @@ def test_eager_reducers_through_lithops(s3_config: Config, lithops_executor) -> 
     """Gated reducers share the two functions with the mappers and poll for their inputs."""
     root = f"s3://{BUCKET}/lithops-eager-{uuid.uuid4().hex[:8]}"
     config = lithops_executor.tune(s3_config).with_(reducers="eager")
-    gensort(f"{root}/in", 1_000_000, 2, config, executor=lithops_executor)
+    gensort(f"{root}/in", 300_000, 2, config, executor=lithops_executor)
     report = sort(f"{root}/in", f"{root}/out", 4, config, executor=lithops_executor, plan=ExchangePlan(Topology((4,)), False))
     result, _ = valsort(f"{root}/out", config, input_url=f"{root}/in")
     assert result.ok, result
@@ -176,7 +176,7 @@ def test_the_cli_runs_a_sort_on_lithops(s3_config: Config, seaweedfs, tmp_path) 
     config_file = tmp_path / "lithops.yaml"
     config_file.write_text(yaml.safe_dump(LITHOPS))
     root = f"s3://{BUCKET}/lithops-cli-{uuid.uuid4().hex[:8]}"
-    gensort(f"{root}/in", 1_000_000, 2, s3_config)
+    gensort(f"{root}/in", 300_000, 2, s3_config)
     env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
     args = ["--s3-endpoint", seaweedfs.endpoint, "--executor", "lithops", "--lithops-config", str(config_file), "sort", f"{root}/in", f"{root}/out", "--report", str(tmp_path / "r.json")]
     out = CliRunner().invoke(main, args, env=env)
