@@ -163,7 +163,8 @@ def test_after_a_sigkill_of_every_process_clean_removes_everything_the_run_left(
     assert early.removed == [] or all("expired" in r.reason for r in early.removed)
     time.sleep(1.2)
     result = clean(f"{root}/out", config.with_(lease=1))
-    assert result.removed and result.writer_removed
+    # on a loaded machine the lease may already have expired at the first clean: together they remove it all
+    assert (early.removed or result.removed) and (early.writer_removed or result.writer_removed)
     assert _objects(f"{root}/out", config) == old
     assert find_leftovers(f"{root}/out", config) == []
     if store_kind == "local":
