@@ -11,6 +11,7 @@ from typing import Callable, TypeVar
 
 import click
 
+from croupier import __version__
 from croupier.config import Config
 from croupier.errors import CroupierError, TaskError
 from croupier.report import RunReport
@@ -64,6 +65,7 @@ def _guard(fn: F) -> F:
 
 
 @click.group()
+@click.version_option(__version__, "--version", prog_name="croupier", message="%(prog)s %(version)s")
 @click.option("--concurrency", type=int, default=None, help="Functions running at once (default: CPU count).")
 @click.option("--function-memory", type=SIZE, default=None, help="Memory budget of one function, e.g. 2GiB.")
 @click.option("--tmp", "tmp_url", default=None, help="Where intermediate objects go (default: under the output).")

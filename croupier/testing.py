@@ -7,14 +7,18 @@ so any access key is accepted.
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
 def _free_port_pair() -> int:
@@ -105,3 +109,48 @@ def square_task(ctx, x: int) -> int:  # type: ignore[no-untyped-def]
 def failing_task(ctx, message: str) -> None:  # type: ignore[no-untyped-def]
     """A task that always fails with ``message``."""
     raise ValueError(message)
+
+
+# --- python -m croupier.testing s3: a local S3 to try Croupier against -------------------------------
+
+
+def serve_s3(bucket: str, folder: Path, out: Any = None) -> None:
+    """Run SeaweedFS with ``bucket`` until Ctrl-C or SIGTERM, after printing the variables to export."""
+    out = out or sys.stdout
+    with SeaweedFS(folder) as server:
+        server.wait_ready(bucket)
+        lines = [
+            f"export AWS_ENDPOINT_URL={server.endpoint}",
+            "export AWS_ACCESS_KEY_ID=any AWS_SECRET_ACCESS_KEY=any   # this server accepts any key",
+            f"# a local S3 server is running with bucket '{bucket}' (data in {folder}); try:",
+            f"#   croupier gensort s3://{bucket}/in --size 100MB --parts 4 && croupier sort s3://{bucket}/in s3://{bucket}/out",
+            "# Ctrl-C stops it.",
+        ]
+        print("\n".join(lines), file=out, flush=True)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            while server.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m croupier.testing s3 [--bucket demo] [--dir DIR]``."""
+    parser = argparse.ArgumentParser(prog="python -m croupier.testing", description="Local servers to try Croupier against.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    s3 = commands.add_parser("s3", help="start a local SeaweedFS S3 server with a bucket and print the environment to export")
+    s3.add_argument("--bucket", default="demo", help="bucket to create (default: demo)")
+    s3.add_argument("--dir", default=None, help="where the server keeps its data (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="croupier-s3-"))
+    serve_s3(args.bucket, folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -77,3 +77,10 @@ def test_s3_endpoint_flag_reaches_the_store(seaweedfs, tmp_path: Path) -> None: 
     assert "cli-test-secret" not in text
     code, text = run(*s3, "--s3-anonymous", "valsort", f"{prefix}/out")
     assert code == 0 and "validation passed" in text
+
+
+def test_version() -> None:
+    import croupier
+
+    out = CliRunner().invoke(main, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"croupier {croupier.__version__}"

@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
 from croupier.compute.base import Executor, Task, TaskResult
+from croupier.compute.mainguard import main_module_hidden
 from croupier.compute.speculation import choose_backups
 from croupier.compute.worker import MEMORY_EXIT_CODE, worker_main
 from croupier.config import Config
@@ -93,7 +94,8 @@ class LocalExecutor(Executor):
             name=f"croupier-fn-{wid}",
             daemon=True,
         )
-        proc.start()
+        with main_module_hidden():  # workers never re-run the user's script (no __main__ guard needed)
+            proc.start()
         child.close()
         return _Worker(wid, proc, parent)
 

@@ -1,0 +1,41 @@
+"""``python -m croupier.testing s3``: a local S3 server a newcomer can try Croupier against."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
+    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", "s3", "--bucket", "demo", "--dir", str(tmp_path / "s3")], stdout=subprocess.PIPE, text=True)
+    try:
+        env = dict(os.environ)
+        deadline = time.time() + 60
+        line = ""
+        while time.time() < deadline and "Ctrl-C" not in line:
+            line = server.stdout.readline()  # type: ignore[union-attr]
+            if line.startswith("export AWS_ENDPOINT_URL="):
+                env["AWS_ENDPOINT_URL"] = line.strip().split("=", 1)[1]
+            if not line and server.poll() is not None:
+                break
+        assert "AWS_ENDPOINT_URL" in env and env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:"), line
+        env.update(AWS_ACCESS_KEY_ID="any", AWS_SECRET_ACCESS_KEY="any", CROUPIER_CALIBRATION="off")
+        cli = [sys.executable, "-m", "croupier.cli", "--no-progress", "--concurrency", "2"]
+        gen = subprocess.run([*cli, "gensort", "s3://demo/in", "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
+        assert gen.returncode == 0, gen.stderr
+        objects = sorted(p.name for p in (tmp_path / "s3").rglob("*") if p.is_file())
+        assert objects, "the server kept no data"
+        again = subprocess.run([*cli, "gensort", "s3://demo/in", "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode != 0 and "already holds an output" in again.stderr  # the CLI sees what it wrote
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
+    assert server.returncode == 0
