@@ -184,7 +184,7 @@ class Config:
     retry: RetryPolicy = RetryPolicy()
     intermediate_format: str = "auto"
     tmp_url: str | None = None
-    s3: S3Options = S3Options()
+    s3: S3Options = field(default_factory=lambda: S3Options.from_env(os.environ))  # as the CLI: the AWS_* variables
     progress: bool | None = None
     profile: str | None = None
     max_workers: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -57,3 +58,15 @@ def test_report_totals_and_render() -> None:
     assert "map" in text and "records: 7" in text and "retried requests: 1" in text
     assert IOStats.from_dict(io.to_dict()).to_dict() == io.to_dict()
     assert io.minus(io.snapshot()).kinds == {}
+
+
+def test_config_reads_the_aws_variables_as_the_cli_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFROMENV")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-from-env")
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    config = Config()
+    assert config.s3 == S3Options.from_env(dict(os.environ))
+    assert config.s3.endpoint == "http://127.0.0.1:9" and config.s3.region == "eu-west-3"
+    assert config.s3.secret_access_key is not None and config.s3.secret_access_key.reveal() == "secret-from-env"
+    assert "secret-from-env" not in repr(config)

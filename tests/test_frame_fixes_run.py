@@ -74,3 +74,9 @@ def test_windows_keep_the_input_row_order(table: Path, config: Config, gather_li
     assert_same(got, expected, ordered=True)
     twice = lf.with_columns(col("x").max().over("g").alias("m")).with_columns(col("m").cum_sum().over("g").alias("c")).collect()
     assert_same(twice, pf.with_columns(pl.col("x").max().over("g").alias("m")).with_columns(pl.col("m").cum_sum().over("g").alias("c")).collect(), ordered=True)
+
+
+def test_queries_show_per_stage_progress(table: Path, config: Config, capsys: pytest.CaptureFixture[str]) -> None:
+    cf.scan_parquet(table, config=config.with_(progress=True)).group_by("g").agg(col("x").sum()).collect()
+    err = capsys.readouterr().err
+    assert "query: s01-partial-agg" in err and "task" in err, err

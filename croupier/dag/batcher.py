@@ -56,9 +56,11 @@ class Batcher:
 
     def _run_batch(self, batch: list[dict[str, Any]]) -> None:
         tasks = [t for r in batch for _, part in r["parts"] for t in part]
+        label = " + ".join(name for r in batch for name, _ in r["parts"])
         started = time.perf_counter()
         try:
-            results = {r.task_id: r for r in self._run.executor.map(tasks, self._run.config)}
+            with self._run.progress_bar(label, len(tasks)) as bar:  # per stage (stages run together share one)
+                results = {r.task_id: r for r in self._run.executor.map(tasks, self._run.config, on_done=lambda _: bar.update(1))}
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting stage
             for r in batch:
                 r["error"], r["done"] = exc, True

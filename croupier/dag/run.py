@@ -115,10 +115,14 @@ class Run:
         self._stores[f"lease:{url}"] = store
         return store
 
+    def progress_bar(self, name: str, tasks: int) -> tqdm:  # type: ignore[type-arg]
+        """A progress bar of ``tasks`` tasks for stage(s) ``name`` (off when not on a terminal)."""
+        return tqdm(total=tasks, desc=f"{self.report.job}: {name}", unit="task", disable=not self._progress(), leave=False)
+
     def stage(self, name: str, tasks: Sequence[Task]) -> list[TaskResult]:
         """Run ``tasks`` as one stage, with a progress bar; record its report."""
         started = time.perf_counter()
-        with tqdm(total=len(tasks), desc=f"{self.report.job}: {name}", unit="task", disable=not self._progress(), leave=False) as bar:
+        with self.progress_bar(name, len(tasks)) as bar:
             results = self.executor.map(tasks, self.config, on_done=lambda r: bar.update(1))
         self.record(name, results, time.perf_counter() - started)
         return results
