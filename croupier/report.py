@@ -10,6 +10,12 @@ from croupier.storage.stats import KINDS, IOStats
 from croupier.units import format_bytes
 
 
+#: Measured and predicted stage time further apart than this factor (either way) is "far off".
+FAR_OFF = 2.0
+#: Runs whose predicted stages took less than this are too short to judge the model by.
+MIN_JUDGED_SECONDS = 2.0
+
+
 @dataclass
 class StageReport:
     """What one stage did and cost."""
@@ -105,6 +111,24 @@ class RunReport:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=2, default=str)
 
+    def model_check(self) -> str | None:
+        """One line comparing the model's predictions with the measured time of the stages that
+        ran alone (stages sharing an executor call share one wall time); when they are more than
+        FAR_OFF apart on a run long enough to judge, it says so and what to do."""
+        pairs = [(s.wall_seconds, float(s.predicted["seconds"]), s.predicted.get("profile", "")) for s in self.stages if s.predicted.get("seconds") and not s.shared]
+        if not pairs:
+            return None
+        measured, predicted = sum(m for m, _, _ in pairs), sum(p for _, p, _ in pairs)
+        profile = next((name for _, _, name in pairs if name), "the profile")
+        line = f"model: stages measured {measured:.2f} s, predicted {predicted:.2f} s with {profile}"
+        ratio = measured / max(predicted, 1e-9)
+        if measured >= MIN_JUDGED_SECONDS and not 1 / FAR_OFF <= ratio <= FAR_OFF:
+            line += (
+                f" — {ratio:.1f}x off: {profile} does not describe this machine and store; "
+                "run `croupier calibrate --store <a URL on this store>` (or let the next run self-calibrate)"
+            )
+        return line
+
     def render(self) -> str:
         """A plain-text table of the stages, the totals and the summary."""
         kinds = [k for k in KINDS if self.io.requests(k) or self.io.kinds.get(k)]
@@ -139,4 +163,7 @@ class RunReport:
             lines.append(f"retried tasks: {retried}; tasks won by a speculative backup copy: {backups}")
         for key, value in self.summary.items():
             lines.append(f"{key}: {value}")
+        check = self.model_check()
+        if check:
+            lines.append(check)
         return "\n".join(lines)

@@ -70,3 +70,14 @@ def test_config_reads_the_aws_variables_as_the_cli_does(monkeypatch: pytest.Monk
     assert config.s3.endpoint == "http://127.0.0.1:9" and config.s3.region == "eu-west-3"
     assert config.s3.secret_access_key is not None and config.s3.secret_access_key.reveal() == "secret-from-env"
     assert "secret-from-env" not in repr(config)
+
+
+def test_report_says_when_the_model_is_far_off_and_what_to_do() -> None:
+    near = RunReport("sort", "r", [StageReport("map", 3.0, 2, predicted={"seconds": 2.5, "profile": "local"})])
+    assert near.model_check() == "model: stages measured 3.00 s, predicted 2.50 s with local"
+    far = RunReport("sort", "r", [StageReport("map", 9.0, 2, predicted={"seconds": 1.0, "profile": "local"}), StageReport("reduce", 1.0, 2, predicted={"seconds": 1.0})])
+    text = far.render()
+    assert "5.0x off" in text and "croupier calibrate --store" in text
+    short = RunReport("sort", "r", [StageReport("map", 0.5, 2, predicted={"seconds": 0.01})])
+    assert "off" not in (short.model_check() or "")  # too short to judge
+    assert RunReport("sort", "r", [StageReport("map", 1.0)]).model_check() is None

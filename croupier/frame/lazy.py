@@ -163,6 +163,8 @@ class QueryResult:
                 lines.append(f"    requests: plan {entry['predicted_requests']}, measured {entry.get('measured_requests')}")
         lines += ["decisions at run time:"] + ["  " + n for n in self.notes] if self.notes else []
         if self.report is not None:
+            check = self.report.model_check()
+            lines += [check] if check else []
             lines.append(f"wall {self.report.wall_seconds:.2f} s")
         return "\n".join(lines)
 
