@@ -362,6 +362,21 @@ def demo_cmd(ctx: click.Context, size: int, workdir: str, workers: int | None, k
         raise click.ClickException("validation FAILED: " + "; ".join(result.problems))
 
 
+@main.command("report")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--plot", "plot_path", default=None, help="Draw the run as a timeline of functions by phase, with predicted against measured per stage, to this file (.png, .svg, .pdf).")
+@_guard
+def report_cmd(path: str, plot_path: str | None) -> None:
+    """Print a run report written by --report PATH; optionally draw it."""
+    report = RunReport.read_json(path)
+    click.echo(report.render())
+    if plot_path:
+        from croupier.timeline import plot_timeline
+
+        drawn = plot_timeline(report, plot_path)
+        click.echo(f"timeline of {drawn} tasks drawn to {plot_path}")
+
+
 @main.command("sql")
 @click.argument("query")
 @click.option("--table", "tables", multiple=True, metavar="NAME=URL", help="A table the query reads: Parquet (or .csv) files at URL (a file, a folder/prefix or a glob). Repeat for each table.")

@@ -40,6 +40,8 @@ class StageReport:
     predicted: dict[str, Any] = field(default_factory=dict)
     #: the stages that ran in the same executor call as this one (their wall time is the call's)
     shared: tuple[str, ...] = ()
+    #: per task: [task id, worker, started, finished (epoch seconds), {phase kind: wall seconds}]
+    timeline: list[list[Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -59,9 +61,32 @@ class StageReport:
             "phases": {k: [round(x, 6) for x in v] for k, v in self.phases.items()},
             "predicted": self.predicted,
             "shared": list(self.shared),
+            "timeline": [[t, w, round(a, 4), round(b, 4), {k: round(v, 4) for k, v in ph.items()}] for t, w, a, b, ph in self.timeline],
             "peak_rss": self.peak_rss,
             "retried_tasks": self.retried_tasks,
         }
+
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageReport:
+        """The stage back from :meth:`to_dict` (a run report read from JSON)."""
+        return cls(
+            name=data["name"],
+            wall_seconds=data.get("wall_seconds", 0.0),
+            tasks=data.get("tasks", 0),
+            io=IOStats.from_dict(data.get("io", {})),
+            exchange=IOStats.from_dict(data.get("exchange_io", {})),
+            task_seconds=data.get("task_seconds", 0.0),
+            slowest_task_seconds=data.get("slowest_task_seconds", 0.0),
+            peak_rss=data.get("peak_rss", 0),
+            retried_tasks=data.get("retried_tasks", 0),
+            backup_wins=data.get("backup_wins", 0),
+            invocations=[tuple(i) for i in data.get("invocations", [])],  # type: ignore[misc]
+            phases=data.get("phases", {}),
+            predicted=data.get("predicted", {}),
+            shared=tuple(data.get("shared", ())),
+            timeline=data.get("timeline", []),
+        )
 
 
 @dataclass
@@ -105,6 +130,18 @@ class RunReport:
                 "retries": total.retries,
             },
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunReport:
+        """The report back from :meth:`to_dict` (``croupier report run.json``)."""
+        stages = [StageReport.from_dict(s) for s in data.get("stages", [])]
+        return cls(data["job"], data["run_id"], stages, data.get("summary", {}), data.get("wall_seconds", 0.0), data.get("exchanges", []))
+
+    @classmethod
+    def read_json(cls, path: str) -> RunReport:
+        """Read a report written by ``--report FILE`` / :meth:`write_json`."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
 
     def write_json(self, path: str) -> None:
         """Write :meth:`to_dict` as JSON to a local file."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +83,30 @@ def test_report_says_when_the_model_is_far_off_and_what_to_do() -> None:
     short = RunReport("sort", "r", [StageReport("map", 0.5, 2, predicted={"seconds": 0.01})])
     assert "off" not in (short.model_check() or "")  # too short to judge
     assert RunReport("sort", "r", [StageReport("map", 1.0)]).model_check() is None
+
+
+def test_a_run_report_round_trips_and_draws_a_timeline(tmp_path: Path) -> None:
+    import croupier.frame as cf
+    import polars as pl
+
+    from croupier.timeline import task_rows
+
+    for i in range(3):
+        pl.DataFrame({"k": [i, 1, 2] * 50, "x": [1.0, 2.0, 3.0] * 50}).write_parquet(tmp_path / f"t-{i}.parquet")
+    frame = cf.scan_parquet(str(tmp_path / "t-*.parquet"), config=Config(concurrency=2, tmp_url=(tmp_path / "tmp").as_uri())).group_by("k").agg(cf.col("x").sum())
+    text = frame.explain(analyze=True, plot=tmp_path / "timeline.png")
+    assert "timeline of" in text and (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = frame.last_run.report  # type: ignore[union-attr]
+    rows = task_rows(report)
+    assert len(rows) == sum(s.tasks for s in report.stages) and all(0 <= a <= b for _, _, a, b, _ in rows)
+    assert any(any(k.startswith("read:") for k in ph) for *_, ph in rows)
+    report.write_json(str(tmp_path / "run.json"))
+    back = RunReport.read_json(str(tmp_path / "run.json"))
+    assert back.to_dict() == json.loads(json.dumps(report.to_dict(), default=str))
+    from click.testing import CliRunner
+
+    from croupier.cli import main
+
+    out = CliRunner().invoke(main, ["report", str(tmp_path / "run.json"), "--plot", str(tmp_path / "again.svg")])
+    assert out.exit_code == 0, out.output
+    assert report.run_id in out.output and (tmp_path / "again.svg").read_text().lstrip().startswith("<?xml")

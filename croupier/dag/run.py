@@ -143,6 +143,8 @@ class Run:
             report.retried_tasks += result.attempts > 1
             report.backup_wins += result.backup
             phases = result.value.get("phases") if isinstance(result.value, dict) else None
+            if result.started and result.finished:
+                report.timeline.append([result.task_id, result.worker, result.started, result.finished, {k: v[1] for k, v in (phases or {}).items()}])
             for kind, values in (phases or {}).items():
                 total = report.phases.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
                 for i, v in enumerate(values):

@@ -306,12 +306,13 @@ class LazyFrame:
     def optimized_plan(self) -> Node:
         return optimize(self._node)
 
-    def explain(self, optimized: bool = True, analyze: bool = False, executor: Executor | None = None) -> str:
+    def explain(self, optimized: bool = True, analyze: bool = False, executor: Executor | None = None, plot: str | Path | None = None) -> str:
         """The logical plan, the optimised plan and the physical stages with their exchanges.
 
         Without ``analyze`` the physical plan is a preview: join strategy and P are decided at run
         time and shown as such. With ``analyze=True`` the query runs and the stages actually run
-        are shown with P, how the selector chose it, and the join/sort decisions.
+        are shown with P, how the selector chose it, and the join/sort decisions; ``plot`` (with
+        ``analyze``) also draws the run as a timeline of functions by phase to that file.
         """
         parts = ["logical plan:", mark_shared(self._node).tree(1)]
         plan = self.optimized_plan()
@@ -323,6 +324,11 @@ class LazyFrame:
             self.collect(executor=executor)
             assert self.last_run is not None
             parts.append(self.last_run.describe())
+            if plot is not None and self.last_run.report is not None:
+                from croupier.timeline import plot_timeline
+
+                drawn = plot_timeline(self.last_run.report, str(plot))
+                parts.append(f"timeline of {drawn} tasks drawn to {plot}")
             return "\n".join(parts)
         compiler = Compiler(None, self.config, dry=True)
         try:
