@@ -1,0 +1,202 @@
+"""Cloud platforms: what a function platform and its stores do beyond a storage profile.
+
+A :class:`Platform` names the storage profile the models use (``profile``), today's prices (each
+with its source and date), the store's per-prefix request-rate limits and how it scales a prefix
+up, the function's network as a token bucket, invocation and start-up delays, stragglers, the
+speculation policy, and the fast tiers one may put the exchange on (S3 Express One Zone,
+ElastiCache). Shipped platforms are JSON files in ``croupier/sim/platforms/``; the planner
+(:mod:`croupier.plan.cloud`) and the simulator (:mod:`croupier.sim.engine`) read them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from croupier.errors import ConfigError
+from croupier.model.profile import Curve, Prices, StorageProfile
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """Per-prefix request rates (S3: a partitioned prefix), prefix scale-up and retry backoff."""
+
+    put_rate: float = 3500.0
+    get_rate: float = 5500.0
+    initial_partitions: int = 1
+    max_partitions: int = 64
+    scale_after_seconds: float = 30.0  # throttled this long, the store doubles the partitions
+    get_latency: float = 0.025
+    put_latency: float = 0.040
+    backoff_base: float = 0.05
+    backoff_cap: float = 2.0
+
+
+@dataclass(frozen=True)
+class Network:
+    """A function's network as a token bucket: ``burst_bytes`` at the burst rate, then sustained."""
+
+    burst_bytes_per_second: float = 1.2 * 2**30
+    burst_bytes: float = 300 * 2**20
+    sustained_bytes_per_second: float = 75 * 2**20
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How functions get started: a driver's invocation rate, per-invocation latency, cold start;
+    from ``two_level_from`` functions on, two-level invocation (Lambada §3.2)."""
+
+    driver_rate: float = 250.0
+    worker_rate: float = 250.0
+    latency: float = 0.05
+    cold_start: float = 0.25
+    two_level_from: int = 256
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Each task is a straggler with ``probability``; a straggler runs ``slowdown`` times slower."""
+
+    probability: float = 0.01
+    slowdown: float = 2.0
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Once ``after_fraction`` of a stage's tasks are done, a task running ``factor`` times the
+    median task time gets a backup copy; the first copy to finish counts."""
+
+    after_fraction: float = 0.9
+    factor: float = 1.5
+
+
+@dataclass(frozen=True)
+class FastTier:
+    """A store the exchange may use instead of the object store, and how it is billed.
+
+    ``bandwidth_cap``: aggregate bytes/s of one node (0: no cap), ``node_bytes``: memory of one
+    node (nodes = intermediate bytes / node_bytes), ``node_second``: USD per node-second;
+    ``capacity_gb_second``: USD per stored GB-second; requests and transfer in USD per request / GB.
+    """
+
+    name: str
+    profile: str
+    bandwidth_cap: float = 0.0
+    capacity_gb_second: float = 0.0
+    node_bytes: float = 0.0
+    node_second: float = 0.0
+    read_request: float = 0.0
+    write_request: float = 0.0
+    transfer_gb: float = 0.0
+    source: str = ""
+
+    def nodes(self, stored_bytes: float) -> int:
+        """Nodes needed to hold ``stored_bytes`` (0 for a tier billed by capacity)."""
+        if self.node_bytes <= 0:
+            return 0
+        return max(1, -(-int(stored_bytes) // int(self.node_bytes)))
+
+    def aggregate_bandwidth(self, stored_bytes: float) -> float:
+        """Bytes/s the tier moves at most when holding ``stored_bytes`` (0: no cap)."""
+        return self.bandwidth_cap * max(1, self.nodes(stored_bytes)) if self.bandwidth_cap else 0.0
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A function platform with its store (see the module docstring)."""
+
+    name: str
+    profile: str
+    source: str
+    prices: Prices
+    storage: StoreLimits = StoreLimits()
+    network: Network = Network()
+    invocation: Invocation = Invocation()
+    stragglers: Stragglers = Stragglers()
+    speculation: Speculation = Speculation()
+    concurrency: int = 1000
+    fast_tiers: dict[str, FastTier] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Platform:
+        data = dict(data)
+        tiers = {k: FastTier(name=k, **v) for k, v in data.pop("fast_tiers", {}).items()}
+        return cls(
+            name=data["name"],
+            profile=data["profile"],
+            source=data.get("source", ""),
+            prices=Prices(**data["prices"]),
+            storage=StoreLimits(**data.get("storage", {})),
+            network=Network(**data.get("network", {})),
+            invocation=Invocation(**data.get("invocation", {})),
+            stragglers=Stragglers(**data.get("stragglers", {})),
+            speculation=Speculation(**data.get("speculation", {})),
+            concurrency=int(data.get("concurrency", 1000)),
+            fast_tiers=tiers,
+        )
+
+    @classmethod
+    def load(cls, name_or_path: str) -> Platform:
+        """A platform file, or a shipped one by name (aws-lambda, ibm-cf)."""
+        path = Path(name_or_path)
+        if path.exists():
+            text = path.read_text()
+        else:
+            shipped = resources.files("croupier.sim") / "platforms" / f"{name_or_path}.json"
+            if not shipped.is_file():
+                raise ConfigError(f"no platform file {name_or_path!r} and no shipped platform of that name; shipped: {', '.join(platform_names())}")
+            text = shipped.read_text()
+        try:
+            return cls.from_dict(json.loads(text))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"platform {name_or_path}: not a valid Croupier platform file ({exc})") from exc
+
+    def tier(self, name: str) -> FastTier:
+        """The fast tier ``name``, or a clear error listing the platform's tiers."""
+        if name not in self.fast_tiers:
+            have = ", ".join(sorted(self.fast_tiers)) or "none"
+            raise ConfigError(f"platform {self.name} has no fast tier {name!r}; it has: {have}")
+        return self.fast_tiers[name]
+
+
+def platform_names() -> list[str]:
+    """Names of the shipped platforms."""
+    folder = resources.files("croupier.sim") / "platforms"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+#: Which shipped platform goes with a shipped storage profile.
+PLATFORM_OF_PROFILE = {"aws-s3": "aws-lambda", "ibm-cos": "ibm-cf", "aws-s3-express": "aws-lambda", "aws-elasticache": "aws-lambda"}
+
+
+def platform_for(profile_name: str) -> Platform:
+    """The shipped platform of a shipped profile name (aws-s3 -> aws-lambda)."""
+    if profile_name not in PLATFORM_OF_PROFILE:
+        raise ConfigError(f"no cloud platform is known for profile {profile_name!r}; use one of {', '.join(sorted(PLATFORM_OF_PROFILE))}")
+    return Platform.load(PLATFORM_OF_PROFILE[profile_name])
+
+
+def priced(profile: StorageProfile, platform: Platform, memory: int | None = None) -> StorageProfile:
+    """``profile`` with the platform's prices, concurrency and (if given) function memory."""
+    return replace(
+        profile,
+        prices=platform.prices,
+        concurrency=platform.concurrency,
+        function_memory=memory or profile.function_memory,
+    )
+
+
+def capped(profile: StorageProfile, bandwidth: float) -> StorageProfile:
+    """``profile`` whose request ceilings also respect an aggregate ``bandwidth`` (bytes/s): at
+    object size s no more than bandwidth / s requests per second (a fast tier's NIC), so the
+    selector's own q(s, P) sees the cap."""
+    if bandwidth <= 0:
+        return profile
+
+    def cap(curve: Curve) -> Curve:
+        return Curve(curve.sizes, curve.per_worker, tuple(min(c, bandwidth / s) for c, s in zip(curve.ceiling, curve.sizes)))
+
+    return replace(profile, read=cap(profile.read), write=cap(profile.write))
