@@ -46,6 +46,15 @@ class PlanOptions:
     objective: str = "time"
     budget: float | None = None
     max_levels: int = 3
+    exchange_only: bool = False  # an exchange in isolation (Lambada Table 3): no input read, no sort, no output write
+
+    def phases(self) -> dict[str, tuple[str, ...]] | None:
+        """Phase kinds of the stages for the models (None: TeraSort's)."""
+        return EXCHANGE_PHASES if self.exchange_only else None
+
+
+#: Phase kinds of an exchange in isolation: producers partition and write, consumers only read.
+EXCHANGE_PHASES = {"map": ("write:exchange-records",), "level": ("regroup",), "reduce": ("read:exchange-records",)}
 
 
 @dataclass(frozen=True)
@@ -259,7 +268,7 @@ def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Price
         "exchange GET": exchange["GET"],
         "exchange GET_RANGE": exchange["GET_RANGE"],
         "exchange PUT": exchange["PUT"],
-        "input GET": plan.producers,
+        "input GET": plan.producers if output_writes else 0,
         "output PUT": plan.workers if output_writes else 0,
     }
     money = {
@@ -333,7 +342,7 @@ def steady_partitions(platform: Platform, seconds: float) -> int:
 def _choose(size: int, profile: StorageProfile, options: PlanOptions) -> Choice:
     """The selector over the P it would compare, plus smooth P when memory forces P above the
     concurrency (see :func:`smooth_sizes`); one :class:`Choice` over all candidates."""
-    args = dict(concurrency=profile.concurrency, max_levels=options.max_levels, algorithm=options.algorithm)
+    args = dict(concurrency=profile.concurrency, max_levels=options.max_levels, algorithm=options.algorithm, phases=options.phases())
     if options.workers:
         return choose(size, profile, options.objective, options.budget, workers=options.workers, **args)  # type: ignore[arg-type]
     low = math.ceil(size / (profile.function_memory * MEMORY_SHARE))
@@ -367,12 +376,13 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
             choice = _choose(size, profile, options)
     best = choice.best
     names = ("map",) + tuple(f"level {i + 1}" for i in range(1, best.plan.levels)) + ("reduce",)
-    cost = exchange_cost(best, profile, platform.prices, tier)
+    cost = exchange_cost(best, profile, platform.prices, tier, output_writes=not options.exchange_only)
     notes = _notes(profile, tier, options, size)
     if partitions > 1:
         notes.append(f"the object store reaches about {partitions} partitioned prefixes over the run (doubling every {platform.storage.scale_after_seconds:g} s of throttling), so request ceilings are {partitions}x one prefix's")
     exchange = PlannedExchange("sort", size, "given", choice, cost, names)
-    return CloudPlan(f"sort of {size / 1e12:g} TB" if size >= 1e12 else f"sort of {size / 1e9:g} GB", platform, profile, options, (exchange,), tuple(notes))
+    what = "exchange" if options.exchange_only else "sort"
+    return CloudPlan(f"{what} of {size / 1e12:g} TB" if size >= 1e12 else f"{what} of {size / 1e9:g} GB", platform, profile, options, (exchange,), tuple(notes))
 
 
 def _notes(profile: StorageProfile, tier: FastTier | None, options: PlanOptions, size: int) -> list[str]:

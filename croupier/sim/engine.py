@@ -38,7 +38,7 @@ import math
 import random
 import statistics
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generator, Iterable
 
 from croupier.exchange.move import FETCH_THREADS
@@ -175,6 +175,23 @@ class Store:
         self._throttled(now)
         return False
 
+    def take(self, now: float, key: str, op: str, count: float) -> float:
+        """Admit what the partition can of ``count`` requests now (a batch stands for many
+        requests: those beyond the tokens get 503s); returns how many were admitted."""
+        part = (op, zlib.crc32(key.encode()) % self.partitions)
+        rate = self.rate(op)
+        tokens = min(rate, self.tokens.get(part, rate) + rate * (now - self.updated.get(part, now)))
+        self.updated[part] = now
+        admitted = min(count, max(0.0, math.floor(tokens)))
+        self.tokens[part] = tokens - admitted
+        self.requests[op] += admitted
+        if admitted < count:
+            self.throttles += 1
+            self._throttled(now)
+        elif now - self.last_throttle > self.limits.scale_after_seconds:
+            self.throttled_since = None
+        return admitted
+
     def _throttled(self, now: float) -> None:
         if self.throttled_since is None or now - self.last_throttle > self.limits.scale_after_seconds:
             self.throttled_since = now
@@ -214,6 +231,7 @@ class TaskIO:
     writes: tuple[Batch, ...]
     write_store: str
     write_streams: int = WRITE_STREAMS
+    representative: bool = False  # keys stand for every task's own (salted per task for the prefix hash)
 
 
 @dataclass(frozen=True)
@@ -232,13 +250,14 @@ def batches(keys: list[str], sizes: list[float], quantum: int) -> tuple[Batch, .
     return tuple(Batch(keys[i], len(keys[i : i + per]), float(sum(sizes[i : i + per]))) for i in range(0, len(keys), per))
 
 
-def sort_stages(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, quantum: int = 64, exact_limit: int = 20000, fast: bool = False) -> list[StageSpec]:
+def sort_stages(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, quantum: int = 64, exact_limit: int = 20000, fast: bool = False, exchange_only: bool = False) -> list[StageSpec]:
     """The stages of a TeraSort through ``plan``: producers read D/M of input and write level 1;
     levels 2..k regroup; consumers read level k and write D/P of output. Objects and keys are
     the plan's own (:meth:`ExchangePlan.writes`, :meth:`ExchangePlan.reads`) when the plan has
     at most ``exact_limit`` objects per level, else each task's counts with representative keys.
     Compute per task is the profile's cost of the stage's phase kinds on its bytes. ``fast``:
-    the exchange objects live on the fast tier."""
+    the exchange objects live on the fast tier. ``exchange_only``: the exchange in isolation (no
+    input read, no output write; compute of partitioning and regrouping only)."""
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
     exact = all(c.objects <= exact_limit and c.gets + c.ranged_gets <= exact_limit * 4 for c in counts)
@@ -249,23 +268,24 @@ def sort_stages(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, qu
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level {i + 1}")
         tasks_n = plan.producers if i == 0 else plan.workers
         per_task = d / tasks_n
-        compute = sum(profile.compute_cost(k) for k in SORT_PHASES[role]) * per_task
+        kinds = [k for k in SORT_PHASES[role] if not exchange_only or k.startswith("write:exchange") or k == "regroup"]
+        compute = sum(profile.compute_cost(k) for k in kinds) * per_task
         tasks = []
         for t in range(tasks_n if exact else 1):
             if i == 0:
-                reads, rstore, rstreams = (Batch(f"input/part-{t:06d}", 1, per_task),), "store", 1
+                reads, rstore, rstreams = (() if exchange_only else (Batch(f"input/part-{t:06d}", 1, per_task),)), "store", 1
             else:
                 rkeys = [r.key for r in plan.reads(i - 1, t)] if exact else _rep_keys(i - 1, counts[i - 1].gets + counts[i - 1].ranged_gets, plan.workers)
                 rsize = d / max(1, counts[i - 1].gets + counts[i - 1].ranged_gets)
                 reads = batches(rkeys, [rsize] * len(rkeys), quantum)
                 rstore, rstreams = tier, min(FETCH_THREADS, len(rkeys))
             if i == plan.levels:
-                writes, wstore = (Batch(f"output/part-{t:06d}", 1, per_task),), "store"
+                writes, wstore = (() if exchange_only else (Batch(f"output/part-{t:06d}", 1, per_task),)), "store"
             else:
                 wkeys = [w.key for w in plan.writes(i, t)] if exact else _rep_keys(i, counts[i].puts, tasks_n)
                 wsize = d / max(1, counts[i].puts)
                 writes, wstore = batches(wkeys, [wsize] * len(wkeys), quantum), tier
-            tasks.append(TaskIO(reads, rstore, rstreams, compute, writes, wstore, min(WRITE_STREAMS, sum(b.count for b in writes))))
+            tasks.append(TaskIO(reads, rstore, rstreams, compute, writes, wstore, min(WRITE_STREAMS, sum(b.count for b in writes)), not exact))
         if not exact:
             tasks = tasks * tasks_n
         stages.append(StageSpec(name, tuple(tasks)))
@@ -371,7 +391,11 @@ class Simulation:
         limits = store.limits
         latency = (limits.get_latency if op == "GET" else limits.put_latency) * slow
         attempt = 0
-        while not store.admit(self.sched.now, batch.key, op, batch.count * weight):
+        left = batch.count * weight
+        while True:
+            left -= store.take(self.sched.now, batch.key, op, left)
+            if left <= 0:
+                break
             attempt += 1
             wait = min(limits.backoff_cap, limits.backoff_base * 2 ** min(attempt, 20)) * (0.5 + self.rng.random())
             parts["backoff"] += wait
@@ -400,7 +424,7 @@ class Simulation:
         for batch in todo:
             yield from self._request(fn, store, op, batch, weight, slow, parts)
 
-    def _slot(self, stage: str, tasks: list[TaskIO], at: float, first: float, weight: float) -> Process:
+    def _slot(self, stage: str, tasks: list[TaskIO], at: float, first: float, weight: float, slot: int) -> Process:
         fn = NetworkBucket(self.platform.network)
         strag = self.platform.stragglers
         invoked = at
@@ -413,10 +437,15 @@ class Simulation:
             parts = {p: 0.0 for p in PARTS}
             start = self.sched.now
             parts["invocation"] = start - invoked
-            yield from self._phase(fn, task.read_store, "GET", task.reads, task.read_streams, weight, slow, parts, "read")
+            reads, writes = task.reads, task.writes
+            if task.representative:  # each task's own keys: spread over the prefixes as the real ones are
+                salt = f"@{slot}:{n}"
+                reads = tuple(replace(b, key=b.key + salt) for b in reads)
+                writes = tuple(replace(b, key=b.key + salt) for b in writes)
+            yield from self._phase(fn, task.read_store, "GET", reads, task.read_streams, weight, slow, parts, "read")
             yield self.sched.now + task.compute_seconds * slow
             parts["compute"] = task.compute_seconds * slow
-            yield from self._phase(fn, task.write_store, "PUT", task.writes, task.write_streams, weight, slow, parts, "write")
+            yield from self._phase(fn, task.write_store, "PUT", writes, task.write_streams, weight, slow, parts, "write")
             self.records.append(TaskRecord(stage, invoked, start, self.sched.now, parts, slow > 1.0, weight))
 
     def run_stage(self, spec: StageSpec, at: float) -> float:
@@ -430,7 +459,7 @@ class Simulation:
         for i in range(sim_slots):
             real = min(slots - 1, round(i * weight))
             mine = tasks[real::slots]
-            self.sched.spawn(self._slot(spec.name, mine, at, starts[i], weight), at)
+            self.sched.spawn(self._slot(spec.name, mine, at, starts[i], weight, i), at)
         self.sched.run()
         mine_records = self.records[before:]
         end = max(r.end for r in mine_records)
@@ -520,22 +549,35 @@ class SimSummary:
         }
 
 
-def simulate_sort(plan: ExchangePlan, data_bytes: int, platform: Platform, profile: StorageProfile, seed: int = 0, fast_cap: float = 0.0, fast_limits: StoreLimits | None = None, settings: SimSettings = SimSettings()) -> SimResult:
-    """One simulated TeraSort through ``plan`` (see :func:`sort_stages`)."""
+def simulate_sort(plan: ExchangePlan, data_bytes: int, platform: Platform, profile: StorageProfile, seed: int = 0, fast_cap: float = 0.0, fast_limits: StoreLimits | None = None, settings: SimSettings = SimSettings(), exchange_only: bool = False) -> SimResult:
+    """One simulated TeraSort (or bare exchange) through ``plan`` (see :func:`sort_stages`)."""
     sim = Simulation(platform, seed, profile.concurrency, fast_cap, fast_limits, settings)
-    return sim.run(sort_stages(plan, data_bytes, profile, settings.quantum, fast=fast_limits is not None or bool(fast_cap)))
+    fast = fast_limits is not None or bool(fast_cap)
+    return sim.run(sort_stages(plan, data_bytes, profile, settings.quantum, fast=fast, exchange_only=exchange_only))
 
 
 def tier_limits(profile: StorageProfile, platform: Platform) -> StoreLimits:
     """A fast tier's store limits from its profile's request ceilings (one partition, no scale-up)."""
-    from dataclasses import replace
 
     return replace(platform.storage, get_rate=max(profile.read.ceiling), put_rate=max(profile.write.ceiling), initial_partitions=1, max_partitions=1, get_latency=0.004, put_latency=0.004)
 
 
-def simulate_plan(plan: Any, runs: int = 5, seed: int = 0, settings: SimSettings = SimSettings()) -> SimSummary:
-    """Simulate a :class:`croupier.plan.cloud.CloudPlan`'s exchanges ``runs`` times (seeds
-    seed, seed+1, ...)."""
+#: Events one simulated run may take (about a second of Python per 100,000).
+EVENT_BUDGET = 400_000
+
+
+def auto_settings(plan: ExchangePlan, concurrency: int, budget: int = EVENT_BUDGET) -> SimSettings:
+    """Slots and batches for a plan so that one run takes about ``budget`` events: all of a small
+    plan's requests one by one; a large plan's in fewer, larger batches and weighted slots."""
+    slots = min(200, max(1, min(plan.workers, concurrency)))
+    tasks_per_slot = math.ceil(max(plan.workers, plan.producers) / max(1, min(plan.workers, concurrency)))
+    per_task = budget / ((plan.levels + 1) * slots * tasks_per_slot * 2)
+    return SimSettings(max_slots=slots, quantum=int(min(64, max(1, per_task))))
+
+
+def simulate_plan(plan: Any, runs: int = 5, seed: int = 0, settings: SimSettings | None = None) -> SimSummary:
+    """Simulate a :class:`croupier.plan.cloud.CloudPlan`'s largest exchange ``runs`` times (seeds
+    seed, seed+1, ...); ``settings`` default to :func:`auto_settings`."""
     from croupier.plan.cloud import stored_bytes
 
     results = []
@@ -547,7 +589,8 @@ def simulate_plan(plan: Any, runs: int = 5, seed: int = 0, settings: SimSettings
         tier = plan.platform.tier(plan.options.fast_tier)
         fast_limits = tier_limits(plan.profile, plan.platform)
         cap = tier.aggregate_bandwidth(stored_bytes(ex.data_bytes, 1))
+    settings = settings or auto_settings(best.plan, plan.profile.concurrency)
     for r in range(runs):
-        results.append(simulate_sort(best.plan, ex.data_bytes, plan.platform, plan.profile, seed + r, cap, fast_limits, settings))
+        results.append(simulate_sort(best.plan, ex.data_bytes, plan.platform, plan.profile, seed + r, cap, fast_limits, settings, plan.options.exchange_only))
     return SimSummary(tuple(results), f"{best.plan.name} P={best.workers}")
 
