@@ -558,7 +558,6 @@ def simulate_sort(plan: ExchangePlan, data_bytes: int, platform: Platform, profi
 
 def tier_limits(profile: StorageProfile, platform: Platform) -> StoreLimits:
     """A fast tier's store limits from its profile's request ceilings (one partition, no scale-up)."""
-
     return replace(platform.storage, get_rate=max(profile.read.ceiling), put_rate=max(profile.write.ceiling), initial_partitions=1, max_partitions=1, get_latency=0.004, put_latency=0.004)
 
 
