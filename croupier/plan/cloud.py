@@ -27,7 +27,7 @@ from croupier.model.perf import Prediction
 from croupier.model.profile import Prices, StorageProfile
 from croupier.model.selector import MEMORY_SHARE, Choice, choose, robust
 from croupier.model.stage import StagePrediction
-from croupier.sim.platform import FastTier, Platform, capped, platform_for, priced
+from croupier.sim.platform import FastTier, Platform, capped, networked, platform_for, priced
 from croupier.units import format_bytes
 
 #: How many runner-up plans the text and JSON show.
@@ -47,6 +47,8 @@ class PlanOptions:
     budget: float | None = None
     max_levels: int = 3
     exchange_only: bool = False  # an exchange in isolation (Lambada Table 3): no input read, no sort, no output write
+    prefixes: int | None = None  # partitioned prefixes of the object store (None: as the store scales up over the run)
+    network: bool = True  # per-worker bandwidths from the platform's function network (False: the profile's own)
 
     def phases(self) -> dict[str, tuple[str, ...]] | None:
         """Phase kinds of the stages for the models (None: TeraSort's)."""
@@ -368,8 +370,18 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
         raise ConfigError("--size must be positive, e.g. --size 100TB")
     platform, profile, tier = exchange_profile(options, size)
     choice = _choose(size, profile, options)
+    if options.network:  # bandwidth of the chosen P's tasks through the function's token bucket, then choose again
+        for _ in range(2):
+            profile = networked(profile, platform, size / choice.best.workers)
+            choice = _choose(size, profile, options)
     partitions = 1
-    if tier is None:
+    if options.prefixes is not None:
+        partitions = max(1, options.prefixes)
+        platform = replace(platform, storage=replace(platform.storage, initial_partitions=partitions, max_partitions=partitions))
+        if partitions > 1 and tier is None:
+            profile = scaled_prefixes(profile, partitions)
+            choice = _choose(size, profile, options)
+    elif tier is None:
         partitions = steady_partitions(platform, choice.best.seconds)
         if partitions > 1:
             profile = scaled_prefixes(profile, partitions)
@@ -378,7 +390,9 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
     names = ("map",) + tuple(f"level {i + 1}" for i in range(1, best.plan.levels)) + ("reduce",)
     cost = exchange_cost(best, profile, platform.prices, tier, output_writes=not options.exchange_only)
     notes = _notes(profile, tier, options, size)
-    if partitions > 1:
+    if partitions > 1 and options.prefixes is not None:
+        notes.append(f"{partitions} partitioned prefixes from the start (request ceilings {partitions}x one prefix's)")
+    elif partitions > 1:
         notes.append(f"the object store reaches about {partitions} partitioned prefixes over the run (doubling every {platform.storage.scale_after_seconds:g} s of throttling), so request ceilings are {partitions}x one prefix's")
     exchange = PlannedExchange("sort", size, "given", choice, cost, names)
     what = "exchange" if options.exchange_only else "sort"

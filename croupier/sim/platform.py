@@ -189,6 +189,36 @@ def priced(profile: StorageProfile, platform: Platform, memory: int | None = Non
     )
 
 
+def effective_bandwidth(net: Network, nbytes: float) -> float:
+    """Average bytes/s one function moves ``nbytes`` at through a full token bucket: the burst
+    rate while its tokens last, the sustained rate after (what a task's transfers average)."""
+    r, burst = net.sustained_bytes_per_second, net.burst_bytes_per_second
+    if nbytes <= 0 or burst <= r or net.burst_bytes <= 0:
+        return r
+    at_burst = net.burst_bytes * burst / (burst - r)
+    seconds = nbytes / burst if nbytes <= at_burst else at_burst / burst + (nbytes - at_burst) / r
+    return nbytes / seconds
+
+
+def networked(profile: StorageProfile, platform: Platform, task_bytes: float) -> StorageProfile:
+    """``profile`` whose per-worker read and write bandwidths are the platform network's average
+    for a task moving ``task_bytes`` in and out (both directions share the function's bucket)."""
+    bw = effective_bandwidth(platform.network, 2 * task_bytes)
+
+    def rebase(curve: Curve, old: float) -> Curve:
+        # a(s) = 1 / (latency + s / b): swap the old bandwidth's share of a request's time for the new
+        per = tuple(1.0 / max(1e-9, 1.0 / a - s / old + s / bw) for a, s in zip(curve.per_worker, curve.sizes))
+        return Curve(curve.sizes, per, curve.ceiling)
+
+    return replace(
+        profile,
+        read=rebase(profile.read, profile.read_bandwidth),
+        write=rebase(profile.write, profile.write_bandwidth),
+        read_bandwidth=bw,
+        write_bandwidth=bw,
+    )
+
+
 def capped(profile: StorageProfile, bandwidth: float) -> StorageProfile:
     """``profile`` whose request ceilings also respect an aggregate ``bandwidth`` (bytes/s): at
     object size s no more than bandwidth / s requests per second (a fast tier's NIC), so the
