@@ -75,3 +75,15 @@ def test_smooth_sizes_and_partitions() -> None:
     platform = Platform.load("aws-lambda")
     assert steady_partitions(platform, 1.0) == 1
     assert steady_partitions(platform, 10**6) == platform.storage.max_partitions
+
+
+def test_query_plan_sizes_exchanges_from_the_tables() -> None:
+    result = CliRunner().invoke(main, ["plan", "--query", "q3", "--table", "lineitem=600GB", "--table", "orders=150GB", "--table", "customer=25GB", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    sizes = sorted(e["bytes"] for e in data["exchanges"] if e["how"] == "from scanned table sizes")
+    # q3 keeps 2 of customer's 8 columns, 4 of orders' 9, 4 of lineitem's 16
+    assert sizes == [6_250_000_000, 66_666_666_666, 150_000_000_000]
+    assert data["seconds"] > 0 and data["cost"]["total"] > 0
+    bad = CliRunner().invoke(main, ["plan", "--query", "select 1 from t", "--table", "t=5GB"])
+    assert bad.exit_code != 0 and "only TPC-H tables" in bad.output

@@ -411,6 +411,16 @@ def _notes(profile: StorageProfile, tier: FastTier | None, options: PlanOptions,
     return notes
 
 
+def _choose_query(size: int, profile: StorageProfile, options: PlanOptions, senders: int | None, phases: dict[str, tuple[str, ...]]) -> Choice:
+    """The selector for one exchange of a query (M = ``senders`` scan tasks, or P)."""
+    return choose(
+        size, profile, options.objective, options.budget, workers=options.workers, concurrency=profile.concurrency,
+        max_levels=options.max_levels, algorithm=options.algorithm, senders=senders, phases=phases,
+    )  # fmt: skip
+
+
 def plan_query(query: str, tables: dict[str, str], options: PlanOptions) -> CloudPlan:
-    """Plan a query over tables of given sizes (see :mod:`croupier.plan.query_sizes`)."""
-    raise ConfigError("query planning is not available yet; plan a sort with --size")
+    """Plan ``query`` over tables of given sizes or real files (see :mod:`croupier.plan.cloud_query`)."""
+    from croupier.plan.cloud_query import plan_query as plan
+
+    return plan(query, tables, options)  # type: ignore[no-any-return]
