@@ -27,7 +27,7 @@ from croupier.model.perf import Prediction
 from croupier.model.profile import Prices, StorageProfile
 from croupier.model.selector import MEMORY_SHARE, Choice, choose, robust
 from croupier.model.stage import StagePrediction
-from croupier.sim.platform import FastTier, Platform, capped, networked, platform_for, priced
+from croupier.sim.platform import PLATFORM_OF_PROFILE, FastTier, Platform, capped, networked, platform_for, priced
 from croupier.units import format_bytes
 
 #: How many runner-up plans the text and JSON show.
@@ -238,7 +238,7 @@ def exchange_profile(options: PlanOptions, data_bytes: int) -> tuple[Platform, S
     """The platform, the profile the selector uses for an exchange of ``data_bytes`` (priced by
     the platform; on the fast tier with its request prices and bandwidth cap), and the tier."""
     base = StorageProfile.load(options.profile)
-    platform = platform_for(base.name)
+    platform = platform_for(base)
     profile = priced(base, platform, options.memory)
     if not options.fast_tier:
         return platform, profile, None
@@ -370,7 +370,7 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
         raise ConfigError("--size must be positive, e.g. --size 100TB")
     platform, profile, tier = exchange_profile(options, size)
     choice = _choose(size, profile, options)
-    if options.network:  # bandwidth of the chosen P's tasks through the function's token bucket, then choose again
+    if options.network and profile.name in PLATFORM_OF_PROFILE:  # a cloud platform's functions: bandwidth of the chosen P's tasks through the function's token bucket, then choose again
         for _ in range(2):
             profile = networked(profile, platform, size / choice.best.workers)
             choice = _choose(size, profile, options)

@@ -172,11 +172,41 @@ def platform_names() -> list[str]:
 PLATFORM_OF_PROFILE = {"aws-s3": "aws-lambda", "ibm-cos": "ibm-cf", "aws-s3-express": "aws-lambda", "aws-elasticache": "aws-lambda"}
 
 
-def platform_for(profile_name: str) -> Platform:
-    """The shipped platform of a shipped profile name (aws-s3 -> aws-lambda)."""
-    if profile_name not in PLATFORM_OF_PROFILE:
-        raise ConfigError(f"no cloud platform is known for profile {profile_name!r}; use one of {', '.join(sorted(PLATFORM_OF_PROFILE))}")
-    return Platform.load(PLATFORM_OF_PROFILE[profile_name])
+def platform_for(profile: StorageProfile) -> Platform:
+    """The shipped platform of a shipped cloud profile (aws-s3 -> aws-lambda); for any other
+    profile (a calibrated store: local, SeaweedFS) the platform its own figures imply
+    (:func:`platform_of_profile`)."""
+    if profile.name in PLATFORM_OF_PROFILE:
+        return Platform.load(PLATFORM_OF_PROFILE[profile.name])
+    return platform_of_profile(profile)
+
+
+def platform_of_profile(profile: StorageProfile) -> Platform:
+    """A platform from a storage profile alone: no price, no burst (each worker moves bytes at the
+    profile's bandwidths), the request ceilings as one partition's rates, per-request latencies
+    from the per-worker curve at its smallest size (a(s) = 1 / (latency + s / b)), stage start-up
+    as the invocation delay, no stragglers, the profile's concurrency. For simulating a store this
+    machine calibrated (validation) or planning with a calibrated profile."""
+
+    def latency(curve: Curve, bandwidth: float) -> float:
+        s, a = curve.sizes[0], curve.per_worker[0]
+        return max(0.0, 1.0 / a - s / bandwidth)
+
+    bandwidth = min(profile.read_bandwidth, profile.write_bandwidth)
+    return Platform(
+        name=f"{profile.name} (from its profile)",
+        profile=profile.name,
+        source=f"derived from profile {profile.label}: {profile.source}",
+        prices=profile.prices,
+        storage=StoreLimits(
+            put_rate=max(profile.write.ceiling), get_rate=max(profile.read.ceiling), initial_partitions=1, max_partitions=1,
+            scale_after_seconds=1e9, get_latency=latency(profile.read, profile.read_bandwidth), put_latency=latency(profile.write, profile.write_bandwidth),
+        ),  # fmt: skip
+        network=Network(burst_bytes_per_second=bandwidth, burst_bytes=0, sustained_bytes_per_second=bandwidth),
+        invocation=Invocation(driver_rate=1e6, worker_rate=1e6, latency=0.0, cold_start=profile.startup_seconds, two_level_from=10**9),
+        stragglers=Stragglers(probability=0.0),
+        concurrency=profile.concurrency,
+    )
 
 
 def priced(profile: StorageProfile, platform: Platform, memory: int | None = None) -> StorageProfile:
