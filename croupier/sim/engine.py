@@ -269,7 +269,8 @@ def sort_stages(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, qu
         tasks_n = plan.producers if i == 0 else plan.workers
         per_task = d / tasks_n
         kinds = [k for k in SORT_PHASES[role] if not exchange_only or k.startswith("write:exchange") or k == "regroup"]
-        compute = sum(profile.compute_cost(k) for k in kinds) * per_task
+        # per byte and per call of each phase kind, and the fresh memory a function's first task touches
+        compute = sum(profile.compute_cost(k) * per_task + profile.call_cost(k) for k in kinds) + profile.first_touch_seconds_per_byte * per_task
         tasks = []
         for t in range(tasks_n if exact else 1):
             if i == 0:

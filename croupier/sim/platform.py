@@ -188,11 +188,12 @@ def platform_of_profile(profile: StorageProfile) -> Platform:
     as the invocation delay, no stragglers, the profile's concurrency. For simulating a store this
     machine calibrated (validation) or planning with a calibrated profile."""
 
-    def latency(curve: Curve, bandwidth: float) -> float:
+    def latency(curve: Curve, bandwidth: float, scale: float) -> float:
         s, a = curve.sizes[0], curve.per_worker[0]
-        return max(0.0, 1.0 / a - s / bandwidth)
+        return max(0.0, 1.0 / a - s / bandwidth) * scale
 
-    bandwidth = min(profile.read_bandwidth, profile.write_bandwidth)
+    # the fitted multipliers of the read and write terms (real stages against the request grid) slow both
+    bandwidth = min(profile.read_bandwidth / max(profile.read_scale, 1e-9), profile.write_bandwidth / max(profile.write_scale, 1e-9))
     return Platform(
         name=f"{profile.name} (from its profile)",
         profile=profile.name,
@@ -200,7 +201,7 @@ def platform_of_profile(profile: StorageProfile) -> Platform:
         prices=profile.prices,
         storage=StoreLimits(
             put_rate=max(profile.write.ceiling), get_rate=max(profile.read.ceiling), initial_partitions=1, max_partitions=1,
-            scale_after_seconds=1e9, get_latency=latency(profile.read, profile.read_bandwidth), put_latency=latency(profile.write, profile.write_bandwidth),
+            scale_after_seconds=1e9, get_latency=latency(profile.read, profile.read_bandwidth, profile.read_scale), put_latency=latency(profile.write, profile.write_bandwidth, profile.write_scale),
         ),  # fmt: skip
         network=Network(burst_bytes_per_second=bandwidth, burst_bytes=0, sustained_bytes_per_second=bandwidth),
         invocation=Invocation(driver_rate=1e6, worker_rate=1e6, latency=0.0, cold_start=profile.startup_seconds, two_level_from=10**9),
