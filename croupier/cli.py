@@ -418,5 +418,10 @@ def sql_cmd(ctx: click.Context, query: str, tables: tuple[str, ...], out_url: st
         click.echo(result)
 
 
+from croupier.jobs.plan import plan_cmd  # noqa: E402  (croupier plan: cloud-scale time and cost)
+
+main.add_command(plan_cmd)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

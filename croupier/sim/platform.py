@@ -1,0 +1,263 @@
+"""Cloud platforms: what a function platform and its stores do beyond a storage profile.
+
+A :class:`Platform` names the storage profile the models use (``profile``), today's prices (each
+with its source and date), the store's per-prefix request-rate limits and how it scales a prefix
+up, the function's network as a token bucket, invocation and start-up delays, stragglers, the
+speculation policy, and the fast tiers one may put the exchange on (S3 Express One Zone,
+ElastiCache). Shipped platforms are JSON files in ``croupier/sim/platforms/``; the planner
+(:mod:`croupier.plan.cloud`) and the simulator (:mod:`croupier.sim.engine`) read them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from croupier.errors import ConfigError
+from croupier.model.profile import Curve, Prices, StorageProfile
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """Per-prefix request rates (S3: a partitioned prefix), prefix scale-up and retry backoff."""
+
+    put_rate: float = 3500.0
+    get_rate: float = 5500.0
+    initial_partitions: int = 1
+    max_partitions: int = 64
+    scale_after_seconds: float = 30.0  # throttled this long, the store doubles the partitions
+    get_latency: float = 0.025
+    put_latency: float = 0.040
+    backoff_base: float = 0.05
+    backoff_cap: float = 2.0
+
+
+@dataclass(frozen=True)
+class Network:
+    """A function's network as a token bucket: ``burst_bytes`` at the burst rate, then sustained."""
+
+    burst_bytes_per_second: float = 1.2 * 2**30
+    burst_bytes: float = 300 * 2**20
+    sustained_bytes_per_second: float = 75 * 2**20
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How functions get started: a driver's invocation rate, per-invocation latency, cold start;
+    from ``two_level_from`` functions on, two-level invocation (Lambada §3.2)."""
+
+    driver_rate: float = 250.0
+    worker_rate: float = 250.0
+    latency: float = 0.05
+    cold_start: float = 0.25
+    two_level_from: int = 256
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Each task is a straggler with ``probability``; a straggler runs ``slowdown`` times slower."""
+
+    probability: float = 0.01
+    slowdown: float = 2.0
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Once ``after_fraction`` of a stage's tasks are done, a task running ``factor`` times the
+    median task time gets a backup copy; the first copy to finish counts."""
+
+    after_fraction: float = 0.9
+    factor: float = 1.5
+
+
+@dataclass(frozen=True)
+class FastTier:
+    """A store the exchange may use instead of the object store, and how it is billed.
+
+    ``bandwidth_cap``: aggregate bytes/s of one node (0: no cap), ``node_bytes``: memory of one
+    node (nodes = intermediate bytes / node_bytes), ``node_second``: USD per node-second;
+    ``capacity_gb_second``: USD per stored GB-second; requests and transfer in USD per request / GB.
+    """
+
+    name: str
+    profile: str
+    bandwidth_cap: float = 0.0
+    capacity_gb_second: float = 0.0
+    node_bytes: float = 0.0
+    node_second: float = 0.0
+    read_request: float = 0.0
+    write_request: float = 0.0
+    transfer_gb: float = 0.0
+    source: str = ""
+
+    def nodes(self, stored_bytes: float) -> int:
+        """Nodes needed to hold ``stored_bytes`` (0 for a tier billed by capacity)."""
+        if self.node_bytes <= 0:
+            return 0
+        return max(1, -(-int(stored_bytes) // int(self.node_bytes)))
+
+    def aggregate_bandwidth(self, stored_bytes: float) -> float:
+        """Bytes/s the tier moves at most when holding ``stored_bytes`` (0: no cap)."""
+        return self.bandwidth_cap * max(1, self.nodes(stored_bytes)) if self.bandwidth_cap else 0.0
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A function platform with its store (see the module docstring)."""
+
+    name: str
+    profile: str
+    source: str
+    prices: Prices
+    storage: StoreLimits = StoreLimits()
+    network: Network = Network()
+    invocation: Invocation = Invocation()
+    stragglers: Stragglers = Stragglers()
+    speculation: Speculation = Speculation()
+    concurrency: int = 1000
+    fast_tiers: dict[str, FastTier] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Platform:
+        data = dict(data)
+        tiers = {k: FastTier(name=k, **v) for k, v in data.pop("fast_tiers", {}).items()}
+        return cls(
+            name=data["name"],
+            profile=data["profile"],
+            source=data.get("source", ""),
+            prices=Prices(**data["prices"]),
+            storage=StoreLimits(**data.get("storage", {})),
+            network=Network(**data.get("network", {})),
+            invocation=Invocation(**data.get("invocation", {})),
+            stragglers=Stragglers(**data.get("stragglers", {})),
+            speculation=Speculation(**data.get("speculation", {})),
+            concurrency=int(data.get("concurrency", 1000)),
+            fast_tiers=tiers,
+        )
+
+    @classmethod
+    def load(cls, name_or_path: str) -> Platform:
+        """A platform file, or a shipped one by name (aws-lambda, ibm-cf)."""
+        path = Path(name_or_path)
+        if path.exists():
+            text = path.read_text()
+        else:
+            shipped = resources.files("croupier.sim") / "platforms" / f"{name_or_path}.json"
+            if not shipped.is_file():
+                raise ConfigError(f"no platform file {name_or_path!r} and no shipped platform of that name; shipped: {', '.join(platform_names())}")
+            text = shipped.read_text()
+        try:
+            return cls.from_dict(json.loads(text))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"platform {name_or_path}: not a valid Croupier platform file ({exc})") from exc
+
+    def tier(self, name: str) -> FastTier:
+        """The fast tier ``name``, or a clear error listing the platform's tiers."""
+        if name not in self.fast_tiers:
+            have = ", ".join(sorted(self.fast_tiers)) or "none"
+            raise ConfigError(f"platform {self.name} has no fast tier {name!r}; it has: {have}")
+        return self.fast_tiers[name]
+
+
+def platform_names() -> list[str]:
+    """Names of the shipped platforms."""
+    folder = resources.files("croupier.sim") / "platforms"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+#: Which shipped platform goes with a shipped storage profile.
+PLATFORM_OF_PROFILE = {"aws-s3": "aws-lambda", "ibm-cos": "ibm-cf", "aws-s3-express": "aws-lambda", "aws-elasticache": "aws-lambda"}
+
+
+def platform_for(profile: StorageProfile) -> Platform:
+    """The shipped platform of a shipped cloud profile (aws-s3 -> aws-lambda); for any other
+    profile (a calibrated store: local, SeaweedFS) the platform its own figures imply
+    (:func:`platform_of_profile`)."""
+    if profile.name in PLATFORM_OF_PROFILE:
+        return Platform.load(PLATFORM_OF_PROFILE[profile.name])
+    return platform_of_profile(profile)
+
+
+def platform_of_profile(profile: StorageProfile) -> Platform:
+    """A platform from a storage profile alone: no price, no burst (each worker moves bytes at the
+    profile's bandwidths), the request ceilings as one partition's rates, per-request latencies
+    from the per-worker curve at its smallest size (a(s) = 1 / (latency + s / b)), stage start-up
+    as the invocation delay, no stragglers, the profile's concurrency. For simulating a store this
+    machine calibrated (validation) or planning with a calibrated profile."""
+
+    def latency(curve: Curve, bandwidth: float, scale: float) -> float:
+        s, a = curve.sizes[0], curve.per_worker[0]
+        return max(0.0, 1.0 / a - s / bandwidth) * scale
+
+    # the fitted multipliers of the read and write terms (real stages against the request grid) slow both
+    bandwidth = min(profile.read_bandwidth / max(profile.read_scale, 1e-9), profile.write_bandwidth / max(profile.write_scale, 1e-9))
+    return Platform(
+        name=f"{profile.name} (from its profile)",
+        profile=profile.name,
+        source=f"derived from profile {profile.label}: {profile.source}",
+        prices=profile.prices,
+        storage=StoreLimits(
+            put_rate=max(profile.write.ceiling), get_rate=max(profile.read.ceiling), initial_partitions=1, max_partitions=1,
+            scale_after_seconds=1e9, get_latency=latency(profile.read, profile.read_bandwidth, profile.read_scale), put_latency=latency(profile.write, profile.write_bandwidth, profile.write_scale),
+        ),  # fmt: skip
+        network=Network(burst_bytes_per_second=bandwidth, burst_bytes=0, sustained_bytes_per_second=bandwidth),
+        invocation=Invocation(driver_rate=1e6, worker_rate=1e6, latency=0.0, cold_start=profile.startup_seconds, two_level_from=10**9),
+        stragglers=Stragglers(probability=0.0),
+        concurrency=profile.concurrency,
+    )
+
+
+def priced(profile: StorageProfile, platform: Platform, memory: int | None = None) -> StorageProfile:
+    """``profile`` with the platform's prices, concurrency and (if given) function memory."""
+    return replace(
+        profile,
+        prices=platform.prices,
+        concurrency=platform.concurrency,
+        function_memory=memory or profile.function_memory,
+    )
+
+
+def effective_bandwidth(net: Network, nbytes: float) -> float:
+    """Average bytes/s one function moves ``nbytes`` at through a full token bucket: the burst
+    rate while its tokens last, the sustained rate after (what a task's transfers average)."""
+    r, burst = net.sustained_bytes_per_second, net.burst_bytes_per_second
+    if nbytes <= 0 or burst <= r or net.burst_bytes <= 0:
+        return r
+    at_burst = net.burst_bytes * burst / (burst - r)
+    seconds = nbytes / burst if nbytes <= at_burst else at_burst / burst + (nbytes - at_burst) / r
+    return nbytes / seconds
+
+
+def networked(profile: StorageProfile, platform: Platform, task_bytes: float) -> StorageProfile:
+    """``profile`` whose per-worker read and write bandwidths are the platform network's average
+    for a task moving ``task_bytes`` in and out (both directions share the function's bucket)."""
+    bw = effective_bandwidth(platform.network, 2 * task_bytes)
+
+    def rebase(curve: Curve, old: float) -> Curve:
+        # a(s) = 1 / (latency + s / b): swap the old bandwidth's share of a request's time for the new
+        per = tuple(1.0 / max(1e-9, 1.0 / a - s / old + s / bw) for a, s in zip(curve.per_worker, curve.sizes))
+        return Curve(curve.sizes, per, curve.ceiling)
+
+    return replace(
+        profile,
+        read=rebase(profile.read, profile.read_bandwidth),
+        write=rebase(profile.write, profile.write_bandwidth),
+        read_bandwidth=bw,
+        write_bandwidth=bw,
+    )
+
+
+def capped(profile: StorageProfile, bandwidth: float) -> StorageProfile:
+    """``profile`` whose request ceilings also respect an aggregate ``bandwidth`` (bytes/s): at
+    object size s no more than bandwidth / s requests per second (a fast tier's NIC), so the
+    selector's own q(s, P) sees the cap."""
+    if bandwidth <= 0:
+        return profile
+
+    def cap(curve: Curve) -> Curve:
+        return Curve(curve.sizes, curve.per_worker, tuple(min(c, bandwidth / s) for c, s in zip(curve.ceiling, curve.sizes)))
+
+    return replace(profile, read=cap(profile.read), write=cap(profile.write))

@@ -1,0 +1,89 @@
+"""`croupier plan`: output pinned by golden files for the shipped profiles, JSON contract, costs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from croupier.cli import main
+from croupier.plan.cloud import PlanOptions, plan_sort, smooth_sizes, steady_partitions
+from croupier.sim.platform import Platform
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = {
+    "plan_ibm_100gb_direct100.txt": ["--profile", "ibm-cos", "--size", "100GB", "--workers", "100", "--algorithm", "direct"],
+    "plan_aws_1tb.txt": ["--size", "1TB"],
+    "plan_aws_100tb_elasticache_cost.txt": ["--size", "100TB", "--fast-tier", "elasticache", "--objective", "cost"],
+    "plan_aws_100gb_simulate.txt": ["--size", "100GB", "--memory", "3GiB", "--simulate", "--runs", "2", "--seed", "4"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_plan_output_is_pinned(name: str) -> None:
+    result = CliRunner().invoke(main, ["plan", *CASES[name]])
+    assert result.exit_code == 0, result.output
+    path = GOLDEN / name
+    if os.environ.get("CROUPIER_UPDATE_GOLDEN"):
+        path.write_text(result.output)
+    assert result.output == path.read_text()
+
+
+def test_plan_json_has_seconds_and_cost_parts() -> None:
+    result = CliRunner().invoke(main, ["plan", "--size", "100GB", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    cost = data["cost"]
+    parts = cost["functions"] + cost["invocation"] + sum(cost["request_cost"].values()) + cost["storage"] + cost["fast_tier"]
+    assert cost["total"] == pytest.approx(parts, abs=1e-5)
+    assert data["seconds"] == pytest.approx(sum(s["seconds"] for s in data["stages"].values()), rel=1e-3)
+    assert data["exchanges"][0]["runners_up"]
+    assert sum(cost["requests"].values()) > 0 and cost["function_gb_seconds"] > 0
+
+
+def test_plan_prices_name_their_source_and_date() -> None:
+    for name in ("aws-lambda", "ibm-cf"):
+        platform = Platform.load(name)
+        assert any(str(year) in platform.prices.source for year in (2022, 2023, 2024, 2025))
+        for tier in platform.fast_tiers.values():
+            assert "20" in tier.source and "pricing" in tier.source
+
+
+def test_plan_respects_fixed_choices_and_budget() -> None:
+    plan = plan_sort(100 * 10**9, PlanOptions(profile="ibm-cos", workers=225, algorithm="2-level"))
+    best = plan.exchanges[0].choice.best
+    assert best.workers == 225 and best.plan.family == "2-level"
+    result = CliRunner().invoke(main, ["plan", "--size", "1TB", "--budget", "0.0001"])
+    assert result.exit_code != 0 and "budget" in result.output
+    result = CliRunner().invoke(main, ["plan", "--size", "1TB", "--fast-tier", "nope"])
+    assert result.exit_code != 0 and "elasticache" in result.output
+
+
+def test_cost_objective_is_not_dearer_than_time_objective() -> None:
+    fast = plan_sort(10**12, PlanOptions(objective="time"))
+    cheap = plan_sort(10**12, PlanOptions(objective="cost"))
+    assert cheap.exchanges[0].choice.best.cost <= fast.exchanges[0].choice.best.cost
+
+
+def test_smooth_sizes_and_partitions() -> None:
+    sizes = smooth_sizes(186_265)
+    assert sizes[0] == 186_265 and all(186_265 <= s <= 1.25 * 186_265 for s in sizes)
+    assert 187_500 in sizes  # 2^2 x 3 x 5^6
+    platform = Platform.load("aws-lambda")
+    assert steady_partitions(platform, 1.0) == 1
+    assert steady_partitions(platform, 10**6) == platform.storage.max_partitions
+
+
+def test_query_plan_sizes_exchanges_from_the_tables() -> None:
+    result = CliRunner().invoke(main, ["plan", "--query", "q3", "--table", "lineitem=600GB", "--table", "orders=150GB", "--table", "customer=25GB", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    sizes = sorted(e["bytes"] for e in data["exchanges"] if e["how"] == "from scanned table sizes")
+    # q3 keeps 2 of customer's 8 columns, 4 of orders' 9, 4 of lineitem's 16
+    assert sizes == [6_250_000_000, 66_666_666_666, 150_000_000_000]
+    assert data["seconds"] > 0 and data["cost"]["total"] > 0
+    bad = CliRunner().invoke(main, ["plan", "--query", "select 1 from t", "--table", "t=5GB"])
+    assert bad.exit_code != 0 and "only TPC-H tables" in bad.output
