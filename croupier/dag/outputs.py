@@ -35,6 +35,7 @@ class StageOutput:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     bindings: int = 0
+    url: str = ""  # where its exchange objects are (slow or fast tier); "" = the run's temporaries
 
     @property
     def prefix(self) -> str:

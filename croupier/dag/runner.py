@@ -39,6 +39,7 @@ from croupier.dag.scan import projected
 from croupier.dag.splits import ScanPlanner, scan_schema
 from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
+from croupier.dag.tiers import Tiers
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
@@ -69,7 +70,8 @@ class DagRunner:
         self._lock = threading.Lock()
         self._deferred: set[int] = set()
         self.scans = ScanPlanner(self.config, run)
-        self.exchanges = Exchanges(run, self.tmp_url, self.binder, self._batcher, self.scans, self._predict)
+        self.tiers = Tiers(run, self.tmp_url)
+        self.exchanges = Exchanges(run, self.tmp_url, self.binder, self._batcher, self.scans, self._predict, self.tiers)
 
     # --- public ---------------------------------------------------------------------------
     def submit(self, stage: Stage) -> Future[StageOutput]:
@@ -114,6 +116,8 @@ class DagRunner:
         self.wait_all()
         self._pool.shutdown(wait=True)
         self.exchanges.measure_exchanges()
+        if self.tiers.chosen:  # which tier each exchange used (producer stage -> "slow" | "fast")
+            self.run.report.summary["tiers"] = {stage: tier for stage, (tier, _) in self.tiers.chosen.items()}
         self.profiles.learn(self.run.report)  # the run's stages refine a self-calibrated profile
 
     def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource | UnionSource) -> int:
@@ -258,7 +262,7 @@ class DagRunner:
             return OutputWrite(sink.url, sink.fmt, f"part-{index:05d}-{sink.tag}", sink.max_rows_per_file)
         assert out.plan is not None
         fmt = self.exchanges.format_of(stage.rep)
-        return ExchangeWrite(self.tmp_url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}")
+        return ExchangeWrite(out.url or self.tmp_url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}")
 
 def _quietly(future: Future[Any]) -> None:
     try:

@@ -164,6 +164,12 @@ class RedisBackend(Backend):
 
         self._call(keys[0], run)
 
+    def free_memory(self) -> int | None:
+        """Bytes the server may still use (``maxmemory`` minus ``used_memory``), or None without a limit."""
+        info = self._call("INFO", lambda: self._client.info("memory"))
+        limit = int(info.get("maxmemory", 0))
+        return max(0, limit - int(info["used_memory"])) if limit else None
+
     def close(self) -> None:
         self._client.close()
 
