@@ -15,7 +15,7 @@ import pytest
 
 import croupier.frame as cf
 from croupier.compute import LocalExecutor
-from croupier.config import Config
+from croupier.config import Config, RetryPolicy
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
 from croupier.frame import col, count
@@ -114,3 +114,57 @@ def test_tier_options_are_checked_before_any_work() -> None:
     with pytest.raises(ConfigError, match="tier must be one of"):
         Config(tier="fastest")
     assert Config(fast_tier="redis://127.0.0.1:6379/p").fast_tier == "redis://127.0.0.1:6379/0/p"
+
+
+class KillingExecutor(LocalExecutor):
+    """The real local executor, except that the Redis server is killed (SIGKILL) when the first
+    task of ``stage`` is about to run: the fast tier dies mid-run, its objects with it."""
+
+    def __init__(self, config: Config, server: RedisServer, stage: str) -> None:
+        super().__init__(config, task_attempts=1)
+        self.server, self.stage, self.killed = server, stage, 0
+
+    def map(self, tasks, config=None, on_done=None):  # type: ignore[no-untyped-def,override]
+        if any(t.id.startswith(f"{self.stage}-") for t in tasks) and self.server.process.poll() is None:
+            self.server.kill()
+            self.killed += 1
+        return super().map(tasks, config, on_done)
+
+
+#: Short timeouts and few retries: a dead fast tier is noticed within seconds.
+FAULT_CONFIG = Config(concurrency=2, progress=False, request_timeout=3, retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05))
+
+
+def test_redis_killed_mid_run_loses_nothing(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        server.wait_ready()
+        fast = FAULT_CONFIG.with_(fast_tier=server.url("kill"), tier="fast")
+        with KillingExecutor(Config(concurrency=2), server, "reduce") as ex:
+            gensort((tmp_path / "in").as_uri(), 500_000, parts=2, config=FAULT_CONFIG, executor=ex, seed=11)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 3, fast, executor=ex)
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 5_000, result.problems
+        fallback = report.summary["fast_tier_fallback"]
+        assert "failed" in fallback["reason"] and server.url().split("/0")[0] in fallback["reason"]
+        assert fallback["cleanup"] and "could not delete" in fallback["cleanup"][0]  # the dead server could not be emptied
+        assert report.summary["tiers"] == {"map": "slow"}
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()  # without persistence a killed Redis comes back empty: nothing left there
+        assert fast_objects(server.url("kill")) == []
+
+
+def test_a_full_fast_tier_falls_back_to_the_slow_tier(tmp_path: Path, executor: LocalExecutor) -> None:
+    with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
+        server.wait_ready()
+        fast = FAULT_CONFIG.with_(fast_tier=server.url("full"), tier="fast")
+        gensort((tmp_path / "in").as_uri(), 4_000_000, parts=2, config=FAULT_CONFIG, executor=executor, seed=12)
+        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 3, fast, executor=executor)
+        result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
+        assert result.ok and result.records == 40_000, result.problems
+        assert "full" in report.summary["fast_tier_fallback"]["reason"]
+        assert report.summary["fast_tier_fallback"]["cleanup"] == []  # deletes work on a full Redis
+        assert report.summary["tiers"] == {"map": "slow"}
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        assert fast_objects(server.url("full")) == []
+        assert fast_objects(server.url()) == []  # nor anything else in the server (no lease left)
