@@ -194,6 +194,9 @@ class Exchanges:
             "how": decision.how,
             "predicted_requests": decision.plan.predicted_requests(),
         }
+        chosen = self.tiers.chosen.get(bound.producer.stage.name) if self.tiers is not None else None
+        if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
+            entry["tier"], entry["tier_why"] = chosen
         if decision.choice is not None:
             ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
             entry["predicted_seconds"] = decision.choice.best.seconds
@@ -240,6 +243,8 @@ class Exchanges:
 
     def input_bytes(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> int:
         """Bytes a stage reads: scan bytes needed, or its inputs' exchange bytes."""
+        if isinstance(stage.source, TaskSource) and stage.source.bytes is not None:
+            return stage.source.bytes
         if isinstance(stage.source, ScanSource):
             splits, counts = self.scans.splits(stage.source.spec)
             return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)

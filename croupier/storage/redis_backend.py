@@ -170,6 +170,10 @@ class RedisBackend(Backend):
         limit = int(info.get("maxmemory", 0))
         return max(0, limit - int(info["used_memory"])) if limit else None
 
+    def max_memory(self) -> int:
+        """The server's ``maxmemory`` in bytes (0: no limit)."""
+        return int(self._call("CONFIG", lambda: self._client.config_get("maxmemory")).get("maxmemory", 0))
+
     def close(self) -> None:
         self._client.close()
 
