@@ -154,20 +154,41 @@ def test_redis_killed_mid_run_loses_nothing(tmp_path: Path) -> None:
         assert fast_objects(server.url("kill")) == []
 
 
-def test_a_full_fast_tier_falls_back_to_the_slow_tier(tmp_path: Path, executor: LocalExecutor) -> None:
+def test_a_full_fast_tier_spills_the_senders_that_do_not_fit_to_the_slow_tier(tmp_path: Path, executor: LocalExecutor) -> None:
+    """Redis at 3 MiB cannot hold a 4 MB exchange: the producers whose writes it refuses write to
+    the slow tier instead (only those), the consumers read each sender where it wrote."""
     with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
         server.wait_ready()
         fast = FAULT_CONFIG.with_(fast_tier=server.url("full"), tier="fast")
-        gensort((tmp_path / "in").as_uri(), 4_000_000, parts=2, config=FAULT_CONFIG, executor=executor, seed=12)
-        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 3, fast, executor=executor)
+        gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=12)
+        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, fast, executor=executor, plan=ExchangePlan.direct(4))
         result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
         assert result.ok and result.records == 40_000, result.problems
-        assert "full" in report.summary["fast_tier_fallback"]["reason"]
-        assert report.summary["fast_tier_fallback"]["cleanup"] == []  # deletes work on a full Redis
-        assert report.summary["tiers"] == {"map": "slow"}
+        assert "fast_tier_fallback" not in report.summary  # no re-run: the exchange spilled
+        spills = report.summary["fast_tier_spills"]
+        assert 1 <= spills["senders"]["map"] < 4 and "StoreFullError" in spills["first_error"], spills
+        assert report.summary["tiers"] == {"map": "fast"}
+        assert report.stage("map").exchange.requests("PUT") >= 16 and report.stage("reduce").exchange.requests("GET") == 16
         assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
-        assert fast_objects(server.url("full")) == []
-        assert fast_objects(server.url()) == []  # nor anything else in the server (no lease left)
+        assert fast_objects(server.url()) == []  # nothing left in the server (no lease either)
+
+
+def test_redis_killed_before_the_producers_write_spills_them_all(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        server.wait_ready()
+        fast = FAULT_CONFIG.with_(fast_tier=server.url("dead"), tier="fast")
+        with KillingExecutor(Config(concurrency=2), server, "map") as ex:
+            gensort((tmp_path / "in").as_uri(), 300_000, parts=2, config=FAULT_CONFIG, executor=ex, seed=13)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 3, fast, executor=ex)
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 3_000, result.problems
+        assert "fast_tier_fallback" not in report.summary
+        assert report.summary["fast_tier_spills"]["senders"] == {"map": report.stage("map").tasks}
+        assert report.summary["cleanup"] and "could not delete" in report.summary["cleanup"][0]
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()
+        assert fast_objects(server.url()) == []
 
 
 @pytest.mark.s3

@@ -110,7 +110,8 @@ class Exchanges:
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        fetch = Fetch(f"{producer.prefix}l0/s{index:05d}")
+        moved = producer.where[index] if index < len(producer.where) else ""  # the sender fell back to the slow tier
+        fetch = Fetch(f"{producer.prefix}l0/s{index:05d}", url=moved or None)
         return ExchangeRead(producer.url or self.tmp_url, (fetch,), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def bind_partitioned(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> dict[str, Bound]:
@@ -167,7 +168,7 @@ class Exchanges:
                 wait = self.config.request_timeout
                 url = b.producer.url or self.tmp_url
                 for w in range(plan.workers):
-                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix))
+                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, b.urls))
                     inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
                     args = (url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
                     tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
