@@ -78,3 +78,16 @@ def test_calibrate_fits_a_real_redis(tmp_path: Path) -> None:
         from croupier.storage import open_store
 
         assert open_store(server.url(), Config()).list() == []  # its objects are deleted
+
+
+def test_explain_shows_the_tier_candidates(tmp_path: Path) -> None:
+    import numpy as np
+    import polars as pl
+
+    import croupier.frame as cf
+
+    (tmp_path / "t").mkdir()
+    pl.DataFrame({"k": np.arange(5000) % 7, "x": np.arange(5000)}).write_parquet(tmp_path / "t" / "a.parquet")
+    config = Config(fast_tier="redis://127.0.0.1:1/p", tmp_url=(tmp_path / "tmp").as_uri())
+    text = cf.scan_parquet(str(tmp_path / "t"), config=config).group_by("k").agg(cf.col("x").sum()).explain()
+    assert "tier: " in text and "auto, time: slow:" in text and "fast:" in text
