@@ -212,3 +212,22 @@ def test_auto_puts_an_exchange_on_the_fast_tier_only_where_the_model_and_capacit
         assert entry["tier"] == "slow" and "does not fit" in entry["tier_why"], entry
         assert "fast_tier_fallback" not in report.summary
     open_store(root, config).delete_prefix()
+
+
+def test_a_query_whose_fast_tier_fills_up_spills_and_gives_the_same_answer(tmp_path: Path) -> None:
+    table = _table(300_000).with_columns(pl.int_range(0, 300_000, dtype=pl.Int64).alias("id"))  # every row its own group: the exchange carries them all
+    (tmp_path / "facts").mkdir()
+    for i, part in enumerate(table.iter_slices(25_000)):
+        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
+    with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
+        server.wait_ready()
+        fast = slow.with_(fast_tier=server.url("q"), tier="fast")
+        frames = {}
+        for name, config in (("slow", slow), ("fast", fast)):
+            frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("id").agg(col("q").sum().alias("sq"), count().alias("n")).sort("id")
+            frames[name] = frame.collect(config=config)
+            report = frame.last_run.report
+        assert frames["fast"].equals(frames["slow"])
+        assert "fast_tier_fallback" not in report.summary and report.summary["fast_tier_spills"]["senders"], report.summary
+        assert fast_objects(server.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
