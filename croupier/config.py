@@ -182,6 +182,9 @@ class Config:
                          ``fast_tier``; falls back to the slow tier if the fast one fills up or
                          dies), or "auto" (the default: the fast tier for an exchange whose
                          estimated bytes fit its capacity, see croupier.model.tier)
+    fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
+                         --store redis://...`` or a shipped name: redis-loopback, aws-elasticache,
+                         s3-express); None: the shipped one for its kind
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -214,6 +217,7 @@ class Config:
     profile_cache: str = field(default_factory=lambda: str(Path.home() / ".cache" / "croupier" / "profiles"))
     fast_tier: str | None = None
     tier: str = "auto"
+    fast_profile: str | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lease, (int, float)) and math.isfinite(self.lease) and self.lease > 0):
@@ -298,6 +302,8 @@ class Config:
             values["calibration"] = env["CROUPIER_CALIBRATION"]
         if env.get("CROUPIER_FAST_TIER"):
             values["fast_tier"] = env["CROUPIER_FAST_TIER"]
+        if env.get("CROUPIER_FAST_PROFILE"):
+            values["fast_profile"] = env["CROUPIER_FAST_PROFILE"]
         if env.get("CROUPIER_PROFILE_CACHE"):
             values["profile_cache"] = env["CROUPIER_PROFILE_CACHE"]
         values.update({k: v for k, v in overrides.items() if v is not None})

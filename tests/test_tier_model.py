@@ -91,3 +91,13 @@ def test_explain_shows_the_tier_candidates(tmp_path: Path) -> None:
     config = Config(fast_tier="redis://127.0.0.1:1/p", tmp_url=(tmp_path / "tmp").as_uri())
     text = cf.scan_parquet(str(tmp_path / "t"), config=config).group_by("k").agg(cf.col("x").sum()).explain()
     assert "tier: " in text and "auto, time: slow:" in text and "fast:" in text
+
+
+def test_a_calibrated_fast_profile_is_used_when_named(tmp_path: Path) -> None:
+    from croupier.model.tier import choose_tier
+
+    slow_redis = replace(FAST, name="slow-redis", request_rate=1.0, function_bandwidth=1e3, server_bandwidth=1e3)
+    slow_redis.save(tmp_path / "slow-redis.json")
+    base = Config(fast_tier="redis://127.0.0.1:1/p", tmp_url="s3://bucket/tmp")
+    assert choose_tier(50 << 20, base)[0] == "fast"  # shipped redis-loopback against SeaweedFS/S3
+    assert choose_tier(50 << 20, base.with_(fast_profile=str(tmp_path / "slow-redis.json")))[0] == "slow"

@@ -31,7 +31,6 @@ from croupier.model.profile import StorageProfile, profile_for
 
 #: Bytes of fast-tier memory one stored byte takes (allocator, keys, index, client buffers).
 MEMORY_OVERHEAD = 1.3
-#: A direct exchange's object size when the model has nothing better: its bytes over P².
 GB = 1 << 30
 
 
@@ -148,8 +147,11 @@ def best(candidates: list[TierCandidate], objective: str, budget: float | None) 
 
 
 def fast_profile_for(config: Config) -> FastTierProfile:
-    """The fast tier's profile: a calibrated file named by CROUPIER-side config is not there yet,
-    so the shipped one for its kind (Redis on loopback, else AWS ElastiCache)."""
+    """The fast tier's profile: ``config.fast_profile`` (a file from ``croupier calibrate --store
+    redis://...`` or a shipped name), else the shipped one for its kind (Redis on loopback:
+    calibrated on the build machine; else AWS ElastiCache)."""
+    if config.fast_profile is not None:
+        return FastTierProfile.load(config.fast_profile)
     assert config.fast_tier is not None
     local = "127.0.0.1" in config.fast_tier or "localhost" in config.fast_tier
     return FastTierProfile.load("redis-loopback" if local else "aws-elasticache")
