@@ -11,7 +11,8 @@ prefix of a database share one namespace (as an S3 bucket's keys do), so two sto
 
 Writes run as one Lua script, which Redis executes atomically: the data, the version and the index
 entry appear together or not at all, and the conditions of ``put_create`` / ``put_replace`` are
-checked in the same step. A server at its ``maxmemory`` (policy ``noeviction``) refuses writes
+checked in the same step. Ranged reads, heads and deletes are scripts too: atomic, and allowed on a
+full server (a MULTI/EXEC transaction is refused there, even one that only reads). A server at its ``maxmemory`` (policy ``noeviction``) refuses writes
 with an OOM error: that is :class:`~croupier.errors.StoreFullError` (not retried; the exchange
 falls back to the slow tier). Connection errors and timeouts are transient (retried by the Store);
 redis-py's own retries are off, so every attempt is counted in one place.
@@ -48,6 +49,28 @@ redis.call('ZADD', KEYS[3], 0, ARGV[1])
 return version
 """
 
+# KEYS: data, meta. ARGV: name, start, end (inclusive; "" = no bytes). Returns {exists, bytes}.
+_RANGE = """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return {0, ''} end
+if ARGV[3] == '' then return {1, ''} end
+return {1, redis.call('GETRANGE', KEYS[1], ARGV[2], ARGV[3])}
+"""
+
+# KEYS: data, meta. ARGV: name. Returns {version or false, size}.
+_HEAD = """
+return {redis.call('HGET', KEYS[2], ARGV[1]), redis.call('STRLEN', KEYS[1])}
+"""
+
+# KEYS: meta, index. ARGV: data key prefix, names...
+_DELETE = """
+for i = 2, #ARGV do
+  redis.call('DEL', ARGV[1] .. ARGV[i])
+  redis.call('HDEL', KEYS[1], ARGV[i])
+  redis.call('ZREM', KEYS[2], ARGV[i])
+end
+return #ARGV - 1
+"""
+
 
 class RedisBackend(Backend):
     """Objects under one prefix of one Redis database."""
@@ -70,6 +93,10 @@ class RedisBackend(Backend):
             retry=Retry(NoBackoff(), 0),
         )
         self._put_script = self._client.register_script(_PUT)
+        # reads and deletes are scripts too: atomic, and (unlike MULTI/EXEC) allowed on a full server
+        self._range_script = self._client.register_script(_RANGE)
+        self._head_script = self._client.register_script(_HEAD)
+        self._delete_script = self._client.register_script(_DELETE)
 
     @property
     def url(self) -> str:
@@ -109,32 +136,18 @@ class RedisBackend(Backend):
 
     def get_range(self, key: str, start: int, end: int) -> Buffer:
         name = self._name(key)
-
-        def run() -> list[object]:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.exists(_DATA + name)
-            if end > start:
-                pipe.getrange(_DATA + name, start, end - 1)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        found = self._call(key, run)
-        if not found[0]:
+        last = str(end - 1) if end > start else ""
+        found, data = self._call(key, lambda: self._range_script(keys=[_DATA + name, _META], args=[name, start, last]))
+        if not found:
             raise ObjectNotFound(f"{self.url}/{key}")
-        return found[1] if end > start else b""  # type: ignore[return-value]
+        return data  # type: ignore[no-any-return]
 
     def head(self, key: str) -> ObjectInfo:
         name = self._name(key)
-
-        def run() -> list[object]:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hget(_META, name)
-            pipe.strlen(_DATA + name)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        version, size = self._call(key, run)
+        version, size = self._call(key, lambda: self._head_script(keys=[_DATA + name, _META], args=[name]))
         if version is None:
             raise ObjectNotFound(f"{self.url}/{key}")
-        return ObjectInfo(key, int(size), version.decode())  # type: ignore[union-attr,call-overload]
+        return ObjectInfo(key, int(size), version.decode())
 
     def list_pages(self, prefix: str) -> list[list[ObjectInfo]]:
         check_prefix(prefix, self.url)
@@ -154,15 +167,7 @@ class RedisBackend(Backend):
         if not keys:
             return
         names = [self._name(k) for k in keys]
-
-        def run() -> None:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.delete(*[_DATA + n for n in names])
-            pipe.hdel(_META, *names)
-            pipe.zrem(_INDEX, *names)
-            pipe.execute()
-
-        self._call(keys[0], run)
+        self._call(keys[0], lambda: self._delete_script(keys=[_META, _INDEX], args=[_DATA, *names]))
 
     def free_memory(self) -> int | None:
         """Bytes the server may still use (``maxmemory`` minus ``used_memory``), or None without a limit."""
