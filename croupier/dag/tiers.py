@@ -11,9 +11,12 @@ The choice is made per exchange, before its producers write (``Config.tier``: "s
 consumers, the driver) reads where its producers wrote (``StageOutput.url``). The fast prefix is a
 temporary of the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
-Faults: a fast tier that fills up or dies mid-run fails the tasks touching it with errors naming
-it; :func:`fast_tier_failure` recognises those, and the query front end re-runs the job on the
-slow tier once (see :mod:`croupier.frame.lazy`), saying so in the run report.
+Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
+slow tier instead, and its readers read them there (``StageOutput.where``; the report's
+``summary["fast_tier_spills"]``). Anything else the fast tier fails — objects lost with a killed
+server, a level 2..k write, eager consumers — fails the run with errors naming the fast tier;
+:func:`fast_tier_failure` recognises those, and the query front end runs the job once more on the
+slow tier (see :mod:`croupier.frame.lazy`), saying so in the report (``fast_tier_fallback``).
 """
 
 from __future__ import annotations
@@ -67,7 +70,11 @@ class Tiers:
             return "fast", "tier forced: fast"
         from croupier.model.tier import choose_tier
 
-        return choose_tier(estimate, config, self.slow_url, self._free())
+        try:
+            free = self._free()
+        except StorageError as exc:
+            return "slow", f"the fast tier is unreachable: {_first_line(str(exc))}"
+        return choose_tier(estimate, config, self.slow_url, free)
 
     def _free(self) -> int | None:
         """Bytes the fast tier has free now (None: no limit, or not a store that says)."""
