@@ -231,3 +231,17 @@ def test_a_query_whose_fast_tier_fills_up_spills_and_gives_the_same_answer(tmp_p
         assert frames["fast"].equals(frames["slow"])
         assert "fast_tier_fallback" not in report.summary and report.summary["fast_tier_spills"]["senders"], report.summary
         assert fast_objects(server.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_a_failed_run_leaves_nothing_on_either_tier(tmp_path: Path, redis_url: str) -> None:
+    """A task failure that is not the fast tier's: no re-run, the error as it is, both tiers clean."""
+    from croupier.errors import TaskError
+    from tests.test_sort import FailingExecutor
+
+    config = Config(concurrency=2, progress=False, fast_tier=redis_url, tier="fast")
+    with FailingExecutor(Config(concurrency=2), "reduce-1") as ex:
+        gensort((tmp_path / "in").as_uri(), 300_000, parts=2, config=config, executor=ex)
+        with pytest.raises(TaskError, match="injected failure in reduce-1"):
+            sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 3, config, executor=ex)
+    assert open_store((tmp_path / "out").as_uri(), config).list() == []
+    assert fast_objects(redis_url) == []
