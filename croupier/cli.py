@@ -78,15 +78,17 @@ def _guard(fn: F) -> F:
 @click.option("--lithops-config", default=None, help="Lithops configuration file (default: Lithops' own lookup).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--calibrate/--no-calibrate", "calibrate", default=None, help="Calibrate a store on its first run here and refine its profile from every run (default), or use the shipped profile.")
+@click.option("--fast-tier", "fast_tier", default=None, help="A fast store for exchange objects beside the slow one: redis://host:port[/db]/prefix.")
+@click.option("--tier", type=click.Choice(["auto", "slow", "fast"]), default=None, help="Where exchanges put their objects: auto (the model chooses per exchange, default), slow, or fast (needs --fast-tier).")
 @click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
 @click.pass_context
-def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, executor: str | None, lithops_config: str | None, progress: bool | None, calibrate: bool | None, verbose: bool) -> None:
+def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, executor: str | None, lithops_config: str | None, progress: bool | None, calibrate: bool | None, fast_tier: str | None, tier: str | None, verbose: bool) -> None:
     """Croupier: serverless-style data analytics through object storage."""
     try:
         config = Config.from_env(
             concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress,
             profile=profile_name, max_workers=max_workers, executor=executor, lithops_config=lithops_config,
-            calibration=None if calibrate is None else ("auto" if calibrate else "off"),
+            calibration=None if calibrate is None else ("auto" if calibrate else "off"), fast_tier=fast_tier, tier=tier,
         )  # fmt: skip
     except (CroupierError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -191,6 +193,13 @@ def calibrate_cmd(ctx: click.Context, store_url: str | None, quick: bool, out_pa
     from croupier.model.profile import profile_for
 
     config = _config(ctx)
+    if store_url is not None and store_url.lower().startswith("redis://") and not reports:
+        from croupier.jobs.calibrate_tier import calibrate_fast_tier, describe_tier
+
+        tier = calibrate_fast_tier(store_url, config, quick=quick, name=name)
+        tier.save(out_path)
+        click.echo(describe_tier(tier))
+        return
     if reports:
         base = profile_for(config, store_url or "file:///")
         result = from_reports(reports, base, config.concurrency)

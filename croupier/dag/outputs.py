@@ -35,6 +35,9 @@ class StageOutput:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     bindings: int = 0
+    url: str = ""  # where its exchange objects are (slow or fast tier); "" = the run's temporaries
+    where: list[str] = field(default_factory=list)  # per sender: the store it wrote to instead ("" = url)
+    fell_back: list[str] = field(default_factory=list)  # why senders fell back to the slow tier
 
     @property
     def prefix(self) -> str:
@@ -60,7 +63,13 @@ class Bound:
 
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan
-        return move.fetches_for(plan, plan.levels - 1, consumer, self.written, self.last_prefix)
+        return move.fetches_for(plan, plan.levels - 1, consumer, self.written, self.last_prefix, self.urls)
+
+    @property
+    def urls(self) -> list[str]:
+        """Per sender of the last level: the store it wrote to instead of the exchange's ("" = same);
+        only producers (level 1) fall back, so later levels have none."""
+        return self.producer.where if self.last_prefix == self.producer.prefix else []
 
 
 def buckets_of(out: StageOutput) -> int:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.config import Config
-from croupier.errors import ConfigError
+from croupier.errors import ConfigError, StorageError
 from croupier.report import RunReport, StageReport
 from croupier.storage import IOStats, Store, open_store
 from croupier.storage.commit import OutputCommit
@@ -75,6 +75,7 @@ class Run:
         self.lease_io = IOStats()
         self.keeper = LeaseKeeper(self.config.lease / 3)
         self._temps: list[RunTemp] = []
+        self._volatile: set[int] = set()  # ids of temps on volatile stores (see open_tmp)
 
     def store(self, url: str | Location) -> Store:
         """A driver-side store for ``url``; its requests count as the ``driver`` stage."""
@@ -83,10 +84,12 @@ class Run:
             self._stores[key] = open_store(key, self.config, self.driver_io)
         return self._stores[key]
 
-    def open_tmp(self, base: str | Location | None, explicit: bool = False) -> Location:
+    def open_tmp(self, base: str | Location | None, explicit: bool = False, volatile: bool = False) -> Location:
         """Open this run's temporary prefix ``<base>/_croupier_tmp/<run_id>``: write its lease
         first, keep it renewed; :meth:`finish` deletes it (the lease last). ``config.tmp_url``
-        wins over ``base`` unless ``explicit``."""
+        wins over ``base`` unless ``explicit``. ``volatile``: a store whose objects die with its
+        server (a Redis fast tier without persistence): failing to delete them is reported in
+        ``report.summary["cleanup"]``, not raised."""
         root = base if explicit and base is not None else self.config.tmp_url or base
         if root is None:
             raise ConfigError("this run needs a place for intermediate objects: pass one or set tmp_url (--tmp)")
@@ -96,6 +99,8 @@ class Run:
         temp = RunTemp(self.store(tmp_base).sub(key), self.run_id, self.config.lease)
         temp.open()
         self._temps.append(temp)
+        if volatile:
+            self._volatile.add(id(temp))
         renewals = self._lease_store(tmp_base).sub(key)
         self.keeper.add(lambda: temp.renew(renewals))
         return tmp_base.join(key)
@@ -174,7 +179,16 @@ class Run:
         self.keeper.stop()
         try:
             while self._temps:
-                self._temps[-1].remove()
+                temp = self._temps[-1]
+                try:
+                    temp.remove()
+                except StorageError as exc:
+                    if id(temp) not in self._volatile:
+                        raise
+                    self.report.summary.setdefault("cleanup", []).append(
+                        f"could not delete the run's objects on {temp.store.url}: {str(exc).splitlines()[0]}; "
+                        "they die with the server, or `croupier clean` removes them once the lease expires"
+                    )
                 self._temps.pop()
         finally:
             driver = StageReport("driver", io=self.driver_io.snapshot())

@@ -39,6 +39,7 @@ from croupier.dag.scan import projected
 from croupier.dag.splits import ScanPlanner, scan_schema
 from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
+from croupier.dag.tiers import Tiers
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
@@ -69,7 +70,8 @@ class DagRunner:
         self._lock = threading.Lock()
         self._deferred: set[int] = set()
         self.scans = ScanPlanner(self.config, run)
-        self.exchanges = Exchanges(run, self.tmp_url, self.binder, self._batcher, self.scans, self._predict)
+        self.tiers = Tiers(run, self.tmp_url)
+        self.exchanges = Exchanges(run, self.tmp_url, self.binder, self._batcher, self.scans, self._predict, self.tiers)
 
     # --- public ---------------------------------------------------------------------------
     def submit(self, stage: Stage) -> Future[StageOutput]:
@@ -114,6 +116,11 @@ class DagRunner:
         self.wait_all()
         self._pool.shutdown(wait=True)
         self.exchanges.measure_exchanges()
+        if self.tiers.chosen:  # which tier each exchange used (producer stage -> "slow" | "fast")
+            self.run.report.summary["tiers"] = {stage: tier for stage, (tier, _) in self.tiers.chosen.items()}
+        spilled = {o.stage.name: len(o.fell_back) for o in self.outputs if o.fell_back}
+        if spilled:  # producers whose fast-tier writes failed and went to the slow tier instead
+            self.run.report.summary["fast_tier_spills"] = {"senders": spilled, "first_error": next(o.fell_back[0] for o in self.outputs if o.fell_back)}
         self.profiles.learn(self.run.report)  # the run's stages refine a self-calibrated profile
 
     def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource | UnionSource) -> int:
@@ -222,6 +229,9 @@ class DagRunner:
     def _fold(out: StageOutput, value: dict[str, Any]) -> None:
         if "written" in value:
             out.written.append(value["written"])
+            out.where.append(value.get("url", ""))
+            if "fell_back" in value:
+                out.fell_back.append(value["fell_back"])
             out.bytes += value["bytes"]
             out.rows += value["rows"]
         if "sample" in value:
@@ -258,7 +268,11 @@ class DagRunner:
             return OutputWrite(sink.url, sink.fmt, f"part-{index:05d}-{sink.tag}", sink.max_rows_per_file)
         assert out.plan is not None
         fmt = self.exchanges.format_of(stage.rep)
-        return ExchangeWrite(self.tmp_url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}")
+        url = out.url or self.tmp_url
+        # on the fast tier: the slow one if it fails (not with eager consumers, which read before
+        # the producers report where they wrote: those fail, and the job runs again on the slow tier)
+        fallback = self.tmp_url if url != self.tmp_url and not _eager(stage) else ""
+        return ExchangeWrite(url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}", fallback)
 
 def _quietly(future: Future[Any]) -> None:
     try:

@@ -141,6 +141,7 @@ class TaskSource:
     generated ranges, objects to validate)."""
 
     reads: tuple[Any, ...]
+    bytes: int | None = None  # what the tasks read in all, when the planner knows (the tier choice uses it)
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from croupier.compute.context import TaskContext
+from croupier.errors import StorageError
 from croupier.dag.operators import Operator
 from croupier.dag.scan import ScanSpec, Split, read_split
 from croupier.dag.stage import HashPartitioning, Partitioning, RangePartitioning, RecordsRangePartitioning
@@ -36,6 +37,7 @@ from croupier.ops import partition, terasort
 from croupier.ops.gensort import generate
 from croupier.ops.payload import FrameCodec, RecordsCodec
 from croupier.ops.records import RECORD_SIZE, RecordRuns
+from croupier.storage import Store
 
 # --- reads ------------------------------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class ExchangeWrite:
     sample_by: tuple[Expr, ...] = ()
     sample_rows: int = 0
     channel: str = "exchange"
+    fallback: str = ""  # the slow tier, when ``url`` is the fast one: where to write if it fails
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,7 @@ def read(ctx: TaskContext, source: Read) -> Any:
     if isinstance(source, ScanRead):
         return read_split(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema))
     if isinstance(source, ExchangeRead):
-        chunks = ordered(move.fetch(ctx.store(source.url, source.channel), source.fetches, source.wait))
+        chunks = ordered(move.fetch(ctx.store(source.url, source.channel), source.fetches, source.wait, lambda url: ctx.store(url, source.channel)))
         if source.rep == "records":
             return RecordRuns([RecordsCodec(source.fmt).decode(chunks)], [0])
         assert source.schema is not None, "frame exchange read without a schema"
@@ -250,7 +253,7 @@ def read(ctx: TaskContext, source: Read) -> Any:
 def run_level(ctx: TaskContext, url: str, plan: ExchangePlan | BroadcastPlan, level: int, worker: int, fetches: tuple[Fetch, ...], wait: float, prefix: str, channel: str) -> dict[str, Any]:
     """Task of an exchange's intermediate level: receive level ``level - 1``, pass it on."""
     started = time.perf_counter()
-    written, nbytes = move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix)
+    written, nbytes = move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix, lambda other: ctx.store(other, channel))
     wall = time.perf_counter() - started
     return {"written": written, "phases": {"regroup": [float(nbytes), wall, _io_seconds(ctx), 1.0]}}
 
@@ -269,9 +272,27 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
     else:
         chunks, rows, out = _frame_chunks(sink, data)
-    written, nbytes = move.write_level(ctx.store(sink.url, sink.channel), sink.plan, 0, sink.sender, chunks, sink.prefix)
+    try:
+        written, nbytes = move.write_level(ctx.store(sink.url, sink.channel), sink.plan, 0, sink.sender, chunks, sink.prefix)
+    except StorageError as exc:  # the fast tier is full or gone: this sender's objects go to the slow tier
+        if not sink.fallback:
+            raise
+        _forget(ctx.store(sink.url, sink.channel), sink)
+        written, nbytes = move.write_level(ctx.store(sink.fallback, sink.channel), sink.plan, 0, sink.sender, chunks, sink.prefix)
+        out.update(url=sink.fallback, fell_back=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
     out.update(written=written, bytes=nbytes, rows=rows)
     return out
+
+
+def _forget(store: Store, sink: ExchangeWrite) -> None:
+    """Delete what a sender may have written on a fast tier that then failed (frees a full
+    server; a dead one lost it anyway, so failing to delete is fine: the run's cleanup retries)."""
+    plan = sink.plan
+    keys = [sink.prefix + plan.key(0, sink.sender)] if isinstance(plan, BroadcastPlan) else [sink.prefix + o.key for o in plan.writes(0, sink.sender)]
+    try:
+        store.delete(keys)
+    except StorageError:
+        pass
 
 
 def _buckets(plan: ExchangePlan | BroadcastPlan) -> int:

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 from croupier.errors import ObjectNotFound, StorageError
 from croupier.exchange import segments
@@ -44,15 +44,17 @@ FETCH_THREADS = 8
 
 @dataclass(frozen=True)
 class Fetch:
-    """One read of an exchange object: whole (start None) or the byte range [start, end)."""
+    """One read of an exchange object: whole (start None) or the byte range [start, end); ``url``:
+    the store it is in when not the exchange's own (a sender that fell back to the slow tier)."""
 
     key: str
     start: int | None = None
     end: int | None = None
+    url: str | None = None
 
     def as_input(self, url: str) -> tuple[str, str, int | None, int | None]:
         """The (store URL, key, start, end) a task declares for look-ahead prefetch."""
-        return (url, self.key, self.start, self.end)
+        return (self.url or url, self.key, self.start, self.end)
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -98,31 +100,42 @@ def _route(plan: ExchangePlan, level: int, chunks: Sequence[Chunk]) -> dict[int,
 # --- reading --------------------------------------------------------------------------------------
 
 
-def fetches_for(plan: Plan, level: int, worker: int, written: Sequence[Written], prefix: str = "") -> list[Fetch]:
+def fetches_for(plan: Plan, level: int, worker: int, written: Sequence[Written], prefix: str = "", urls: Sequence[str] = ()) -> list[Fetch]:
     """What ``worker`` reads after ``level`` (objects under key ``prefix``); ``written[s]`` = what
-    sender s reported."""
+    sender s reported; ``urls[s]``, if given and not "", the store sender s wrote to instead of
+    the exchange's (it fell back to the slow tier)."""
+
+    def where(sender: int) -> str | None:
+        return (urls[sender] or None) if sender < len(urls) else None
+
     if isinstance(plan, BroadcastPlan):
-        return [Fetch(prefix + key) for key in plan.reads(level, worker)]
+        return [Fetch(prefix + plan.key(level, s), url=where(s)) for s in plan.senders_of(level, worker)]
     out = []
     for read in plan.reads(level, worker):
         if not read.ranged:
-            out.append(Fetch(prefix + read.key))
+            out.append(Fetch(prefix + read.key, url=where(read.sender)))
             continue
         bounds = written[read.sender]
         if bounds is None:
             raise ValueError(f"sender {read.sender} of level {level} reported no segment boundaries for {read.key}")
-        out.append(Fetch(prefix + read.key, bounds[read.segment], bounds[read.segment_end]))
+        out.append(Fetch(prefix + read.key, bounds[read.segment], bounds[read.segment_end], where(read.sender)))
     return out
 
 
-def fetch(store: Store, fetches: Sequence[Fetch], wait: float) -> list[Chunk]:
-    """All chunks of ``fetches`` (several requests in flight; missing objects polled for ``wait`` s)."""
+def fetch(store: Store, fetches: Sequence[Fetch], wait: float, other: Callable[[str], Store] | None = None) -> list[Chunk]:
+    """All chunks of ``fetches`` (several requests in flight; missing objects polled for ``wait`` s);
+    ``other(url)`` opens the store of a fetch whose object is not in ``store``."""
     if not fetches:
         return []
 
     def one(f: Fetch) -> list[Chunk]:
-        blob = get_when_ready(store, f.key, wait, None if f.start is None else (f.start, f.end or 0))
-        return segments.decode(blob, f"{store.url}/{f.key}")
+        source = store
+        if f.url is not None:
+            if other is None:
+                raise ValueError(f"{f.key} is in {f.url}, but no store was given to read it from")
+            source = other(f.url)
+        blob = get_when_ready(source, f.key, wait, None if f.start is None else (f.start, f.end or 0))
+        return segments.decode(blob, f"{source.url}/{f.key}")
 
     if len(fetches) == 1:
         return one(fetches[0])
@@ -130,10 +143,10 @@ def fetch(store: Store, fetches: Sequence[Fetch], wait: float) -> list[Chunk]:
         return [c for chunks in pool.map(one, fetches) for c in chunks]
 
 
-def pass_level(store: Store, plan: Plan, level: int, worker: int, fetches: Sequence[Fetch], wait: float, prefix: str = "") -> tuple[Written, int]:
+def pass_level(store: Store, plan: Plan, level: int, worker: int, fetches: Sequence[Fetch], wait: float, prefix: str = "", other: Callable[[str], Store] | None = None) -> tuple[Written, int]:
     """An intermediate level's task: receive what level ``level - 1`` sent, pass it on at ``level``
     (writing under key ``prefix``)."""
-    return write_level(store, plan, level, worker, fetch(store, fetches, wait), prefix)
+    return write_level(store, plan, level, worker, fetch(store, fetches, wait, other), prefix)
 
 
 def get_when_ready(store: Store, key: str, wait: float, byte_range: tuple[int, int] | None = None) -> Buffer:

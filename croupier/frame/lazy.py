@@ -31,7 +31,8 @@ from croupier.config import Config
 from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
 from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, input_location, resolve
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
-from croupier.errors import ConfigError
+from croupier.dag.tiers import fast_tier_failure
+from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr, count, wrap
 from croupier.frame.reference import to_polars
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, mark_shared, walk
@@ -362,6 +363,30 @@ class LazyFrame:
         return [input_location(n.spec.url) for n in _walk(self._node) if isinstance(n, Scan)]
 
     def _run(self, sink: Sink | None, config: Config | None, executor: Executor | None, read: bool, job: str = "query", output: _Output | None = None) -> tuple[pl.DataFrame | None, StageOutput, QueryResult]:
+        """Run the plan (see :meth:`_run_once`). A run whose fast tier filled up or died (see
+        :func:`croupier.dag.tiers.fast_tier_failure`) has cleaned up and committed nothing; it
+        is run once more with every exchange on the slow tier, and its report says so
+        (``summary["fast_tier_fallback"]``)."""
+        config = config or self.config
+        try:
+            return self._run_once(sink, config, executor, read, job, output)
+        except CroupierError as exc:
+            reason = fast_tier_failure(exc, config)
+            if reason is None:
+                raise
+            failed = self.last_run.report if self.last_run is not None else None
+        frame, out, result = self._run_once(sink, config.with_(tier="slow"), executor, read, job, output)
+        if result.report is not None:
+            result.report.summary["fast_tier_fallback"] = {
+                "reason": reason,
+                "failed_run": failed.run_id if failed is not None else None,
+                "cleanup": failed.summary.get("cleanup", []) if failed is not None else [],
+                "rerun": "every exchange on the slow tier",
+            }
+            result.notes.append(f"{reason}; ran again with every exchange on the slow tier")
+        return frame, out, result
+
+    def _run_once(self, sink: Sink | None, config: Config | None, executor: Executor | None, read: bool, job: str = "query", output: _Output | None = None) -> tuple[pl.DataFrame | None, StageOutput, QueryResult]:
         """Run the plan into ``sink``, or with ``output`` into that output: refused before any
         work if it overlaps an input; its writer lock taken and its location checked first; its
         manifest written when the last stage has finished (its requests count as the driver's)."""

@@ -141,7 +141,7 @@ def _apply(frame: pl.LazyFrame, op: Operator) -> pl.LazyFrame:
 
 
 def _scan(node: Scan) -> pl.LazyFrame:
-    if parse_location(node.spec.url).is_s3:
+    if not parse_location(node.spec.url).is_local:
         raise ConfigError(f"to_polars() reads local files only, not {node.spec.url}")
     if node.spec.format == "gensort":
         raise ConfigError("to_polars() cannot read gensort files")

@@ -142,7 +142,7 @@ def _check_exists(store: Store, runs: list[Leftovers]) -> None:
     """Refuse a location that does not exist (a local folder that is missing; an S3 prefix with
     no objects at all): the path is probably mistyped."""
     location = store.location
-    if not location.is_s3:
+    if location.is_local:
         if not os.path.isdir(location.path):
             raise InputError(f"{location} does not exist; check the path")
         return

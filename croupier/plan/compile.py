@@ -341,6 +341,11 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
         for c in ranked:
             d = c.dominant()
             lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
+        if compiler.config.fast_tier is not None and compiler.config.tier != "slow":  # the tier candidates (model/tier.py)
+            from croupier.model.tier import choose_tier
+
+            tier, why = ("fast", "tier forced: fast") if compiler.config.tier == "fast" else choose_tier(nbytes, compiler.config)
+            lines.append(f"    tier: {tier} ({why})")
     return lines
 
 

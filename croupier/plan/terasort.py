@@ -87,7 +87,7 @@ def compile_sort(compiler: Compiler, node: Sort) -> Pipeline:
     if config.reducers == "eager" and not eager:
         compiler.notes.append(f"reducers: lazy: eager reducers need the direct exchange without write combining, not {plan.name}")
     sink = ExchangeSink(RecordsRangePartitioning((split_a.tobytes(), split_b.tobytes())), plan=plan, eager=eager)
-    mapped = compiler.stage(Pipeline(TaskSource(tuple(PiecesRead(base, tuple(share)) for share in pieces)), rep="records"), sink, "map", name="map")
+    mapped = compiler.stage(Pipeline(TaskSource(tuple(PiecesRead(base, tuple(share)) for share in pieces), bytes=data_bytes), rep="records"), sink, "map", name="map")
     compiler.terasort = {"records": sum(rows), "data_bytes": data_bytes, "workers": plan.workers, "exchange": plan.name, "eager": eager}
     return Pipeline(ExchangeInput(mapped, "partition"), [RecordsSort()], rep="records", final_name="reduce")
 

@@ -2,7 +2,8 @@
 
 Stores are named by :class:`Location` (parsed from text once, by :func:`parse_location`):
 ``file:///path`` or a plain path for a local folder, ``s3://bucket/prefix`` for S3-compatible
-storage (endpoint and credentials from :class:`croupier.config.S3Options`). Names are literal; see
+storage (endpoint and credentials from :class:`croupier.config.S3Options`),
+``redis://host:port[/db]/prefix`` for a Redis fast tier. Names are literal; see
 :mod:`croupier.storage.location` for the rules.
 """
 
@@ -25,6 +26,10 @@ def open_backend(url: str | Location, config: Config) -> Backend:
         from croupier.storage.s3 import S3Backend
 
         backend = S3Backend(location, config.s3, config.request_timeout)
+    elif location.is_redis:
+        from croupier.storage.redis_backend import RedisBackend
+
+        backend = RedisBackend(location, config.request_timeout)
     else:
         from croupier.storage.local import LocalBackend
 

@@ -43,7 +43,7 @@ class LocalBackend(Backend):
 
     def __init__(self, root: str | os.PathLike[str] | Location) -> None:
         location = parse_location(root)
-        if location.is_s3:
+        if not location.is_local:
             raise StorageError(f"{location} is not a local folder")
         self.location = location
         self._root = Path(location.path)

@@ -7,7 +7,8 @@ inside a :class:`croupier.storage.Store` stay relative strings, checked by :func
 
 Rules (the README's "Names" promise):
 
-* **Two kinds of store.** ``file:///abs/folder`` (or ``file://localhost/abs/folder``) or a plain
+* **Three kinds of store.** ``redis://host:port[/db]/prefix`` names a prefix in one database
+  of a Redis server (a fast tier; the database number defaults to 0). ``file:///abs/folder`` (or ``file://localhost/abs/folder``) or a plain
   path names a local folder; ``s3://bucket/prefix`` names a prefix of an S3 bucket. A plain path
   and ``file://`` + its absolute path name the same objects. A relative plain path is resolved
   against the current folder once, when it is parsed (leading ``./`` and ``../`` segments are
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 from croupier.errors import ConfigError
 
-SCHEMES = ("file", "s3")
+SCHEMES = ("file", "s3", "redis")
 #: Longest name segment: most local file systems (ext4, xfs, apfs) cap a file name at 255 bytes.
 MAX_SEGMENT_BYTES = 255
 #: Longest S3 object key (bucket prefix included).
@@ -45,7 +46,8 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 _IP = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_SUPPORTED = "use file:///absolute/path, a folder path, or s3://bucket/prefix"
+_SUPPORTED = "use file:///absolute/path, a folder path, or s3://bucket/prefix (redis://host:port[/db]/prefix for a fast tier)"
+_REDIS_SERVER = re.compile(r"^([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})/(\d{1,5})$")
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,14 @@ class Location:
             raise ConfigError(f"unsupported store scheme {self.scheme!r}; {_SUPPORTED}")
         if self.scheme == "s3":
             _check_bucket(self.bucket, f"s3://{self.bucket}")
+        elif self.scheme == "redis":
+            if not _REDIS_SERVER.match(self.bucket):
+                raise ConfigError(f"a Redis location needs host:port/db, got {self.bucket!r}")
         elif self.bucket or not self.path.startswith("/"):
             raise ConfigError(f"a local location needs an absolute path, got {self.path!r}")
         for segment in self.segments:
             _check_segment(segment, str(self))
-        if self.scheme == "s3" and len(self.path.encode()) > MAX_S3_KEY_BYTES:
+        if self.scheme != "file" and len(self.path.encode()) > MAX_S3_KEY_BYTES:
             raise ConfigError(f"S3 prefix of {self!s} is longer than {MAX_S3_KEY_BYTES} bytes")
 
     @property
@@ -130,13 +135,23 @@ class Location:
     def is_s3(self) -> bool:
         return self.scheme == "s3"
 
+    @property
+    def is_local(self) -> bool:
+        """Whether this is a folder of the local file system (not an S3 or Redis store)."""
+        return self.scheme == "file"
+
+    @property
+    def is_redis(self) -> bool:
+        return self.scheme == "redis"
+
     def _with(self, segments: tuple[str, ...]) -> Location:
         joined = "/".join(segments)
-        return Location(self.scheme, self.bucket, joined if self.is_s3 else "/" + joined)
+        return Location(self.scheme, self.bucket, "/" + joined if self.is_local else joined)
 
     def __str__(self) -> str:
-        if self.is_s3:
-            return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
+        if not self.is_local:
+            root = f"{self.scheme}://{self.bucket}"
+            return f"{root}/{self.path}" if self.path else root
         return f"file://{self.path}"
 
 
@@ -166,6 +181,8 @@ def parse_location(text: str | os.PathLike[str] | Location) -> Location:
             raise ConfigError(f"bad S3 URL {text!r}: no bucket; write s3://bucket/prefix")
         _check_bucket(bucket, text)
         return Location("s3", bucket, "/".join(_segments(prefix, text)))
+    if kind == "redis":
+        return _redis_location(rest, text)
     if kind == "file":
         host, slash, path = rest.partition("/")
         if host not in ("", "localhost"):
@@ -174,6 +191,22 @@ def parse_location(text: str | os.PathLike[str] | Location) -> Location:
             raise ConfigError(f"bad file URL {text!r}: no path; write file:///absolute/path")
         return Location("file", "", "/" + "/".join(_segments(path, text)))
     raise ConfigError(f"unsupported store URL scheme {kind!r} in {text!r}; {_SUPPORTED}")
+
+
+def _redis_location(rest: str, text: str) -> Location:
+    """``redis://host:port[/db]/prefix``: the first segment after the server is the database
+    number when it is all digits (default 0); write the database explicitly
+    (``redis://h:6379/0/12/x``) for a prefix whose first segment is a number."""
+    server, _, path = rest.partition("/")
+    host, colon, port = server.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"bad Redis URL {text!r}: write redis://host:port[/db]/prefix (the port is required)")
+    first, _, tail = path.partition("/")
+    if first.isdigit():
+        db, path = int(first), tail
+    else:
+        db = 0
+    return Location("redis", f"{host}:{int(port)}/{db}", "/".join(_segments(path, text)))
 
 
 def check_key(key: str, where: str = "") -> str:

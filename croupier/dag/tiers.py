@@ -1,0 +1,112 @@
+"""Which tier an exchange's intermediate objects go to: the run's temporaries on the slow store,
+or a run-scoped prefix on the fast tier (Locus §3.3: a small Redis beside object storage).
+
+::
+
+    producer stage ──Tiers.url_for(estimate)──> slow: <tmp base>/_croupier_tmp/<run>/
+                                               fast: <fast tier>/_croupier_tmp/<run>/  (opened once, with a lease)
+
+The choice is made per exchange, before its producers write (``Config.tier``: "slow", "fast", or
+"auto": the model of :mod:`croupier.model.tier`). Every reader of the exchange (levels 2..k, the
+consumers, the driver) reads where its producers wrote (``StageOutput.url``). The fast prefix is a
+temporary of the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
+
+Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
+slow tier instead, and its readers read them there (``StageOutput.where``; the report's
+``summary["fast_tier_spills"]``). Anything else the fast tier fails — objects lost with a killed
+server, a level 2..k write, eager consumers — fails the run with errors naming the fast tier;
+:func:`fast_tier_failure` recognises those, and the query front end runs the job once more on the
+slow tier (see :mod:`croupier.frame.lazy`), saying so in the report (``fast_tier_fallback``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from croupier.config import Config
+from croupier.errors import StorageError, StoreFullError
+from croupier.storage.location import parse_location
+
+if TYPE_CHECKING:
+    from croupier.dag.run import Run
+
+
+class Tiers:
+    """The tier choice of one run (see the module docstring).
+
+    State:
+        slow_url: the run's temporaries on the slow store (canonical URL)
+        fast_url: the run's prefix on the fast tier, once an exchange chose it (else None)
+        chosen:   per producer stage: (tier, why), for the report and explain
+    """
+
+    def __init__(self, run: Run, slow_url: str) -> None:
+        self.run = run
+        self.config: Config = run.config
+        self.slow_url = slow_url
+        self.fast_url: str | None = None
+        self.chosen: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def url_for(self, stage: str, estimate: int | None) -> str:
+        """Where the exchange written by ``stage`` puts its objects (``estimate``: its bytes, if known)."""
+        tier, why = self.choose(estimate)
+        with self._lock:
+            self.chosen[stage] = (tier, why)
+            if tier == "slow":
+                return self.slow_url
+            if self.fast_url is None:
+                assert self.config.fast_tier is not None
+                self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
+            return self.fast_url
+
+    def choose(self, estimate: int | None) -> tuple[str, str]:
+        """("slow" | "fast", why) for an exchange of ``estimate`` bytes."""
+        config = self.config
+        if config.fast_tier is None or config.tier == "slow":
+            return "slow", "no fast tier" if config.fast_tier is None else "tier forced: slow"
+        if config.tier == "fast":
+            return "fast", "tier forced: fast"
+        from croupier.model.tier import choose_tier
+
+        try:
+            free = self._free()
+        except StorageError as exc:
+            return "slow", f"the fast tier is unreachable: {_first_line(str(exc))}"
+        return choose_tier(estimate, config, self.slow_url, free)
+
+    def _free(self) -> int | None:
+        """Bytes the fast tier has free now (None: no limit, or not a store that says)."""
+        assert self.config.fast_tier is not None
+        free = getattr(self.run.store(self.config.fast_tier).backend, "free_memory", None)
+        return free() if free is not None else None
+
+
+def fast_tier_failure(exc: BaseException, config: Config) -> str | None:
+    """Why the fast tier made a run fail (it filled up, or could not be reached), or None when the
+    failure has another cause. Task errors arrive as text from the workers, so the check reads
+    the error chain's messages for the fast tier's error kind or its server's address."""
+    if config.fast_tier is None or config.tier == "slow":
+        return None
+    server = f"{parse_location(config.fast_tier).scheme}://{parse_location(config.fast_tier).bucket.partition('/')[0]}"
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = f"{seen} {getattr(seen, 'cause', '')} {getattr(seen, 'worker_traceback', '')}"
+        if isinstance(seen, StoreFullError) or "StoreFullError" in text or "maxmemory" in text:
+            return f"the fast tier {config.fast_tier} is full (Redis maxmemory)"
+        if (isinstance(seen, StorageError) or "Error" in text) and server in text:
+            return f"the fast tier {config.fast_tier} failed: {_first_line(str(seen))}"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:300]
+
+
+def describe(chosen: dict[str, tuple[str, str]]) -> list[str]:
+    """One note per exchange: its tier and why."""
+    return [f"exchange of {stage}: {tier} tier ({why})" for stage, (tier, why) in chosen.items()]
+

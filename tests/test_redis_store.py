@@ -1,0 +1,52 @@
+"""The Redis store's own behaviour beyond the shared contract: a full server refuses writes with a
+clear, non-retried error and keeps every object it had; a dead server fails requests within the
+timeout and retry budget instead of hanging."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from croupier.config import Config, RetryPolicy
+from croupier.errors import StorageError, StoreFullError
+from croupier.storage import open_store
+from croupier.testing import RedisServer
+
+pytestmark = pytest.mark.redis
+
+
+def test_a_full_server_refuses_writes_and_keeps_what_it_has(tmp_path: Path) -> None:
+    with RedisServer(tmp_path, maxmemory=4 << 20) as server:
+        server.wait_ready()
+        store = open_store(server.url("full"), Config())
+        written = []
+        with pytest.raises(StoreFullError, match="maxmemory"):
+            for i in range(64):
+                store.put(f"o/{i}", bytes([i]) * (256 << 10))
+                written.append(i)
+        assert 0 < len(written) < 64
+        assert store.stats.retries == 0  # full is not transient
+        assert [o.key for o in store.list("o/")] == sorted(f"o/{i}" for i in written)
+        for i in written:  # every read works on the full server
+            assert bytes(store.get(f"o/{i}")) == bytes([i]) * (256 << 10)
+            assert bytes(store.get_range(f"o/{i}", 10, 20)) == bytes([i]) * 10
+            assert store.head(f"o/{i}").size == 256 << 10
+        store.delete_prefix()  # deletes work on a full server and free it again
+        store.put("again", b"x" * (256 << 10))
+        assert store.head("again").size == 256 << 10
+
+
+def test_a_dead_server_fails_requests_within_the_retry_budget(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as server:
+        server.wait_ready()
+        config = Config(request_timeout=2, retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05))
+        store = open_store(server.url("dead"), config)
+        store.put("k", b"v")
+        server.kill()
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="still failing after 3 attempts"):
+            store.get("k")
+        assert time.monotonic() - started < 30
+        assert store.stats.retries == 2

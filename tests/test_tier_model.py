@@ -1,0 +1,103 @@
+"""The fast tier's model (Locus Table 3) and the tier choice: the formulas, capacity, objectives,
+the shipped profiles' sources, and calibration against a real Redis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from croupier.cli import main
+from croupier.config import Config
+from croupier.model.profile import StorageProfile
+from croupier.model.tier import MEMORY_OVERHEAD, FastTierProfile, best, compare, shipped_tiers
+from croupier.testing import RedisServer
+
+FAST = FastTierProfile("t", "test figures", "2026-11-23", request_rate=1000.0, function_bandwidth=100e6, server_bandwidth=400e6, capacity=1 << 30, usd_per_gb_hour=1.0)
+
+
+def test_effective_bandwidth_is_capped_by_the_server() -> None:
+    assert FAST.effective_bandwidth(2) == 200e6
+    assert FAST.effective_bandwidth(4) == 400e6
+    assert FAST.effective_bandwidth(64) == 400e6  # b_eff = min(b P, b_f)
+
+
+def test_exchange_time_is_table_3s_fast_row() -> None:
+    # bandwidth-bound: 2 * S / b_eff
+    assert FAST.exchange_seconds(800e6, 10, 8) == pytest.approx(2 * 800e6 / 400e6)
+    # request-bound: 2 * R / q_f
+    assert FAST.exchange_seconds(1e3, 50_000, 8) == pytest.approx(2 * 50_000 / 1000)
+
+
+def test_cost_holds_the_capacity_for_the_exchange_time() -> None:
+    assert FAST.exchange_cost(0, 0, 3600) == pytest.approx(1.0)  # 1 GiB for an hour at 1 USD/GB-hour
+    priced = replace(FAST, usd_per_million_requests=2.0, usd_per_gb_transferred=0.5)
+    assert priced.exchange_cost(1 << 30, 1e6, 0) == pytest.approx(2.0 + 2 * 0.5)
+
+
+def test_capacity_with_headroom_and_free_memory() -> None:
+    assert FAST.fits((1 << 30) / MEMORY_OVERHEAD)
+    assert not FAST.fits((1 << 30) / MEMORY_OVERHEAD * 1.01)
+    assert not FAST.fits(10 << 20, free=10 << 20)  # what the server has free now bounds it too
+
+
+def test_choice_follows_the_objective_and_capacity() -> None:
+    slow = StorageProfile.load("seaweedfs-loopback")
+    candidates = compare(256e6, 16, slow, FAST)
+    by_tier = {c.tier: c for c in candidates}
+    assert best(candidates, "time", None).tier == min(candidates, key=lambda c: c.seconds).tier
+    assert best(candidates, "cost", None).tier == min(candidates, key=lambda c: c.cost).tier
+    small = replace(FAST, capacity=1 << 20)
+    assert best(compare(256e6, 16, slow, small), "time", None).tier == "slow"  # does not fit
+    assert by_tier["fast"].seconds != by_tier["slow"].seconds
+
+
+def test_shipped_profiles_name_their_sources() -> None:
+    assert {"aws-elasticache", "s3-express", "redis-loopback"} <= set(shipped_tiers())
+    for name in ("aws-elasticache", "s3-express"):
+        profile = FastTierProfile.load(name)
+        assert "https://aws.amazon.com/" in profile.source and profile.date.startswith("20")
+        assert profile.usd_per_gb_hour > 0 and profile.capacity > 0
+
+
+@pytest.mark.redis
+def test_calibrate_fits_a_real_redis(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    with RedisServer(tmp_path / "redis", maxmemory=64 << 20) as server:
+        server.wait_ready()
+        out = tmp_path / "tier.json"
+        result = CliRunner().invoke(main, ["--concurrency", "2", "calibrate", "--store", server.url("cal"), "--quick", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        profile = FastTierProfile.load(out)
+        assert profile.capacity == 64 << 20
+        assert profile.request_rate > 100 and profile.function_bandwidth > 1e6
+        assert profile.server_bandwidth >= profile.function_bandwidth
+        assert "q_f" in result.output
+        from croupier.storage import open_store
+
+        assert open_store(server.url(), Config()).list() == []  # its objects are deleted
+
+
+def test_explain_shows_the_tier_candidates(tmp_path: Path) -> None:
+    import numpy as np
+    import polars as pl
+
+    import croupier.frame as cf
+
+    (tmp_path / "t").mkdir()
+    pl.DataFrame({"k": np.arange(5000) % 7, "x": np.arange(5000)}).write_parquet(tmp_path / "t" / "a.parquet")
+    config = Config(fast_tier="redis://127.0.0.1:1/p", tmp_url=(tmp_path / "tmp").as_uri())
+    text = cf.scan_parquet(str(tmp_path / "t"), config=config).group_by("k").agg(cf.col("x").sum()).explain()
+    assert "tier: " in text and "auto, time, ~" in text and "slow:" in text and "fast:" in text
+
+
+def test_a_calibrated_fast_profile_is_used_when_named(tmp_path: Path) -> None:
+    from croupier.model.tier import choose_tier
+
+    slow_redis = replace(FAST, name="slow-redis", request_rate=1.0, function_bandwidth=1e3, server_bandwidth=1e3)
+    slow_redis.save(tmp_path / "slow-redis.json")
+    base = Config(fast_tier="redis://127.0.0.1:1/p", tmp_url="s3://bucket/tmp")
+    assert choose_tier(50 << 20, base)[0] == "fast"  # shipped redis-loopback against SeaweedFS/S3
+    assert choose_tier(50 << 20, base.with_(fast_profile=str(tmp_path / "slow-redis.json")))[0] == "slow"
