@@ -9,6 +9,7 @@ can be logged, put in a report or an error message without leaking keys.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,25 @@ class S3Options:
     allow_http: bool = False
     virtual_hosted_style: bool = False
     anonymous: bool = False
+
+    def __post_init__(self) -> None:
+        """Credentials in the endpoint URL (``http://key:secret@host``) become Secrets (unless
+        given separately), and the endpoint keeps only the address, so nothing prints them."""
+        if self.endpoint and "@" in self.endpoint:
+            from croupier.redact import split_userinfo
+
+            endpoint, user, password = split_userinfo(self.endpoint)
+            object.__setattr__(self, "endpoint", endpoint)
+            if user and self.access_key_id is None:
+                object.__setattr__(self, "access_key_id", Secret(user))
+            if password and self.secret_access_key is None:
+                object.__setattr__(self, "secret_access_key", Secret(password))
+
+    def __repr__(self) -> str:
+        from croupier.redact import redact
+
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return redact(f"S3Options({fields})")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> S3Options:

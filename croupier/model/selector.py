@@ -22,6 +22,7 @@ from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
 from croupier.model.profile import StorageProfile
+from croupier.units import format_bytes
 
 #: Share of a function's memory its data may take: input, grouped copy and sort buffers coexist.
 MEMORY_SHARE = 0.25
@@ -86,6 +87,24 @@ def search_range(data_bytes: int, profile: StorageProfile, max_workers: int | No
     return range(low, max(low, high) + 1)
 
 
+def _fitting_sizes(data_bytes: int, profile: StorageProfile, max_workers: int | None, buckets: int | None) -> list[int]:
+    """The P the selector may pick: every one whose tasks fit in a function's memory, at most
+    ``max_workers`` and at most ``buckets``; a clear error (before any work) when there is none."""
+    span = search_range(data_bytes, profile, max_workers)
+    limits = [(max_workers, "--max-workers / max_workers")] if max_workers else []
+    if buckets is not None:
+        limits.append((buckets, f"the {buckets} buckets the producers wrote"))
+    sizes = [p for p in span if all(p <= limit for limit, _ in limits)]
+    if not sizes:
+        limit, why = min(limits)
+        raise ConfigError(
+            f"no P fits {format_bytes(data_bytes)} in functions of {format_bytes(profile.function_memory)} function memory: "
+            f"a task may hold {MEMORY_SHARE:.0%} of it, so P must be at least {span.start}, but P is at most {limit} ({why}); "
+            "give more --function-memory (function_memory) or a larger --max-workers"
+        )
+    return sizes
+
+
 def choose(
     data_bytes: int,
     profile: StorageProfile,
@@ -119,9 +138,7 @@ def choose(
         sizes = [topology.workers]
         plans = [ExchangePlan(topology, c, senders, buckets) for c in combine]
     else:
-        sizes = [workers] if workers else list(search_range(data_bytes, profile, max_workers))
-        if buckets is not None:
-            sizes = [p for p in sizes if p <= buckets] or [min(buckets, sizes[0])]
+        sizes = [workers] if workers else _fitting_sizes(data_bytes, profile, max_workers, buckets)
         plans = [plan for p in sizes for plan in all_plans(p, max_levels, senders, buckets, combine)]
     plans = [plan for plan in plans if algorithm is None or plan.family == algorithm]
     if not plans:
