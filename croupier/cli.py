@@ -73,13 +73,17 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         return None
     from urllib.parse import urlsplit
 
+    from croupier.redact import split_userinfo
+
+    address = split_userinfo(value)[0]  # checked without the credentials, so no message holds them
+    shown = address if address == value else address.replace("://", "://***@", 1)
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(address)
         parts.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError as exc:
-        raise click.BadParameter(f"cannot read {redact(value)!r} as a URL: {exc}", ctx, param) from exc
+        raise click.BadParameter(f"cannot read {shown!r} as a URL ({exc})", ctx, param) from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.BadParameter(f"{redact(value)!r} is not an endpoint; write http://host:port or https://host", ctx, param)
+        raise click.BadParameter(f"{shown!r} is not an endpoint; write http://host:port or https://host", ctx, param)
     return value
 
 

@@ -10,10 +10,12 @@ error output) also passes it through :func:`redact`, in case one comes from else
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
-#: ``scheme://user[:password]@`` at the start of a URL's authority.
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s?#]*)@")
+#: ``http(s)://user[:password]@`` at the start of an endpoint URL. The password may hold ``/``,
+#: ``+`` or ``?`` unescaped (AWS secret keys do), so everything up to the ``@`` counts; only
+#: http(s) URLs are endpoints (``s3://bucket/a@b`` names an object and is left alone).
+_USERINFO = re.compile(r"(?P<scheme>\bhttps?://)(?P<userinfo>[^\s@]*)@", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
@@ -24,10 +26,9 @@ def redact(text: str) -> str:
 def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password;
     (url, None, None) when it has none."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
         return url, None, None
-    userinfo, _, host = parts.netloc.rpartition("@")
+    userinfo, _, address = rest.rpartition("@")  # a password may hold '/', '?', '#' unescaped
     user, _, password = userinfo.partition(":")
-    clean = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return clean, unquote(user) or None, unquote(password) or None
+    return f"{scheme}://{address}", unquote(user) or None, unquote(password) or None
