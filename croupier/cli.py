@@ -14,6 +14,7 @@ import click
 from croupier.config import ALGORITHMS, Config
 from croupier.errors import CroupierError, TaskError
 from croupier.redact import redact
+from croupier.signals import EXIT_TERMINATED, exit_status, terminate_like_interrupt
 from croupier.report import RunReport
 from croupier.units import format_bytes, parse_size
 
@@ -112,11 +113,17 @@ def _emit(report: RunReport, report_path: str | None) -> None:
 
 
 def _guard(fn: F) -> F:
-    """Turn Croupier errors into a clear message and exit code 1 instead of a traceback."""
+    """Turn Croupier errors into a clear message and exit code 1 instead of a traceback; Ctrl-C
+    and SIGTERM into exit codes 130 and 143 after the run's clean-up."""
 
     def wrapper(*args: object, **kwargs: object) -> object:
         try:
-            return fn(*args, **kwargs)
+            with terminate_like_interrupt(redeliver=False):
+                return fn(*args, **kwargs)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): the run cleaned up on the way out
+            status = exit_status(exc)
+            click.echo(f"{'terminated' if status == EXIT_TERMINATED else 'interrupted'}: stopped; temporary objects removed", err=True)
+            raise click.exceptions.Exit(status) from None
         except TaskError as exc:
             verbose = click.get_current_context().find_root().params.get("verbose")
             detail = f"\n{exc.worker_traceback}" if verbose and exc.worker_traceback else ""

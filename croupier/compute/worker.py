@@ -26,6 +26,7 @@ from typing import Any
 
 from croupier.compute.base import MAX_RESULT_BYTES
 from croupier.compute.context import TaskContext
+from croupier.compute.orphan import guard_worker
 from croupier.storage.prefetch import PrefetchCache
 from croupier.storage import open_backend
 from croupier.storage.backend import Backend
@@ -122,6 +123,7 @@ def _current_rss() -> int:
 
 def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: int) -> None:
     """Serve tasks from ``conn`` until told to stop."""
+    guard_worker()  # exit quietly when the driver dies; leave Ctrl-C to the driver
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
     import pyarrow
 
