@@ -275,6 +275,13 @@ def sort_cmd(ctx: click.Context, input_url: str, output_url: str, workers: int |
     plan = _plan(workers, topology, levels, write_combining)
     if algorithm and plan is not None:
         raise click.UsageError("give --algorithm, or --topology/--levels/--write-combining, not both")
+    try:  # sort's own choices beside the global ones: a clash is a usage error, found before any work
+        config.with_(
+            workers=plan.workers if plan else workers or config.workers, algorithm=plan.family if plan else algorithm or config.algorithm,
+            topology=str(plan.topology) if plan else config.topology, objective=objective or config.objective, budget=budget or config.budget,
+        )  # fmt: skip
+    except CroupierError as exc:
+        raise click.UsageError(str(exc)) from exc
     report = sort(input_url, output_url, plan.workers if plan else workers, config, out_format, overwrite, plan=plan, objective=objective, budget=budget, algorithm=algorithm)
     _emit(report, report_path)
 
@@ -344,16 +351,17 @@ def calibrate_cmd(ctx: click.Context, store_url: str | None, quick: bool, out_pa
 @click.argument("input_url", metavar="IN", required=False, type=URL)
 @click.option("--size", type=SIZE, default=None, help="What-if: plan for this many bytes instead of measuring IN.")
 @click.option("--workers", "-p", type=POSITIVE, default=None, help="Fix P; only the algorithm is chosen.")
-@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True)
+@click.option("--objective", type=click.Choice(["time", "cost"]), default=None, help="What the selector minimises (default: the global --objective, else time).")
 @click.option("--budget", type=USD, default=None, help="With --objective time: the most a run may cost, USD.")
 @click.option("--profile", "profile_name", default=None, help="Profile file or shipped name (local, seaweedfs-loopback, aws-s3, ibm-cos).")
 @click.option("--rows", type=POSITIVE, default=15, show_default=True, help="Candidates to show.")
 @click.pass_context
 @_guard
-def explain_cmd(ctx: click.Context, input_url: str | None, size: int | None, workers: int | None, objective: str, budget: float | None, profile_name: str | None, rows: int) -> None:
+def explain_cmd(ctx: click.Context, input_url: str | None, size: int | None, workers: int | None, objective: str | None, budget: float | None, profile_name: str | None, rows: int) -> None:
     """Show what the selector would choose for sorting IN (or --size bytes), and why."""
     from croupier.jobs.common import list_inputs
     from croupier.model.profile import StorageProfile, profile_for
+    from croupier.exchange.topology import Topology
     from croupier.model.selector import choose
     from croupier.storage import open_store
 
@@ -363,7 +371,8 @@ def explain_cmd(ctx: click.Context, input_url: str | None, size: int | None, wor
             raise click.UsageError("give IN (its size is measured) or --size")
         size = sum(o.size for o in list_inputs(open_store(input_url, config)))
     profile = StorageProfile.load(profile_name) if profile_name else profile_for(config, config.tmp_url or input_url or "file:///")
-    choice = choose(size, profile, objective, budget, workers=workers, concurrency=min(config.concurrency, profile.concurrency) if profile.concurrency < 100 else None, max_workers=config.max_workers)
+    workers, objective, budget = workers or config.workers, objective or config.objective, budget if budget is not None else config.budget
+    choice = choose(size, profile, objective, budget, workers=workers, concurrency=min(config.concurrency, profile.concurrency) if profile.concurrency < 100 else None, max_workers=config.max_workers, algorithm=config.algorithm, topology=Topology.parse(config.topology) if config.topology else None)
     click.echo(f"profile: {profile.label}")
     click.echo(choice.explain(rows))
     click.echo(choice.best.explain())

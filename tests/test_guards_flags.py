@@ -143,3 +143,12 @@ def test_selector_never_picks_a_p_whose_tasks_cannot_fit() -> None:
         choose(1 << 30, tight, max_workers=8)
     with pytest.raises(ConfigError, match="function memory"):
         choose(1 << 30, tight, senders=4, buckets=8)
+
+
+def test_global_forcing_reaches_explain() -> None:
+    code, text = invoke("explain", "--size", "1GB", "--topology", "2x3")
+    assert code == 0, text
+    rows = [line for line in text.splitlines() if line.startswith(("*", "  2-level", "  direct", "  3-level"))]
+    assert rows and all(" 2x3" in line for line in rows), text
+    code, text = invoke("--algorithm", "2-level", "explain", "--size", "1GB")
+    assert code == 0 and "* 2-level" in text, text
