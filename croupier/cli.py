@@ -11,7 +11,7 @@ from typing import Callable, TypeVar
 
 import click
 
-from croupier.config import ALGORITHMS, Config
+from croupier.config import ALGORITHMS, MIN_FUNCTION_MEMORY, Config
 from croupier.errors import CroupierError, TaskError
 from croupier.redact import redact
 from croupier.signals import EXIT_TERMINATED, exit_status, terminate_like_interrupt
@@ -42,7 +42,7 @@ class SizeType(click.ParamType):
 
 SIZE = SizeType()
 #: A function needs this much memory to run at all (Config refuses less).
-MEMORY = SizeType(parse_size("64MiB"))
+MEMORY = SizeType(MIN_FUNCTION_MEMORY)
 #: Counts that must be positive (workers, concurrency, parts, levels, ...).
 POSITIVE = click.IntRange(min=1)
 #: Money: a positive amount of USD.
@@ -186,7 +186,7 @@ class CroupierGroup(click.Group):
 
 @click.group(cls=CroupierGroup)
 @click.option("--concurrency", type=POSITIVE, default=None, help="Functions running at once (default: CPU count).")
-@click.option("--function-memory", type=MEMORY, default=None, help="Memory budget of one function, e.g. 2GiB (at least 64MiB; default 4GiB).")
+@click.option("--function-memory", type=MEMORY, default=None, help="Memory budget of one function, e.g. 2GiB (at least 256MiB; default 4GiB).")
 @click.option("--tmp", "tmp_url", type=URL, default=None, help="Where intermediate objects go (default: under the output).")
 @click.option("--intermediate", type=click.Choice(["auto", "raw", "arrow", "arrow-lz4", "arrow-zstd"]), default=None, help="Encoding of shuffle objects (auto: raw locally, arrow-zstd on S3).")
 @click.option("--s3-endpoint", default=None, callback=_endpoint, help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL or AWS).")

@@ -131,6 +131,9 @@ class SpeculationPolicy:
 
 
 
+#: The smallest function memory that runs: a worker uses about 110 MiB before it holds any data.
+MIN_FUNCTION_MEMORY = parse_size("256MiB")
+
 #: What ``Config.calibration`` may be; see there.
 CALIBRATION_MODES = ("auto", "off")
 #: The default of ``Config.calibration``, read when a Config is built (the test suite sets "off" so
@@ -235,8 +238,8 @@ class Config:
             object.__setattr__(self, "tmp_url", str(parse_location(self.tmp_url)))
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
-        if self.function_memory < parse_size("64MiB"):
-            raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
+        if self.function_memory < MIN_FUNCTION_MEMORY:
+            raise ConfigError(f"function_memory must be at least 256 MiB (a function needs about 110 MiB before it holds any data), got {self.function_memory} bytes")
         if self.reducers not in ("lazy", "eager") or not 0.0 <= self.eager_after <= 1.0:
             raise ConfigError(f"reducers must be 'lazy' or 'eager' and eager_after in [0, 1], got {self.reducers!r}, {self.eager_after}")
         if self.calibration not in CALIBRATION_MODES:

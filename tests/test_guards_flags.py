@@ -16,6 +16,7 @@ from croupier.config import Config
 from croupier.errors import ConfigError
 from croupier.model.profile import StorageProfile
 from croupier.model.selector import choose
+from croupier.storage import open_store
 from tests.helpers import output_parts
 
 
@@ -35,6 +36,7 @@ BAD = [
     (["--max-workers", "0", "clean", "{d}"], "--max-workers"),
     (["--function-memory", "lots", "clean", "{d}"], "cannot read 'lots' as a size"),
     (["--function-memory", "1MB", "clean", "{d}"], "too small"),
+    (["--function-memory", "128MiB", "clean", "{d}"], "at least 256.0 MiB"),
     (["gensort", "{d}/g", "--size", "0"], "too small"),
     (["gensort", "{d}/g", "--size", "-5MB"], "--size"),
     (["gensort", "{d}/g", "--size", "1MB", "--parts", "0"], "--parts"),
@@ -126,22 +128,21 @@ def test_global_forcing_reaches_a_query(tmp_path: Path) -> None:
 
 
 def test_python_api_refuses_bad_forcing() -> None:
-    for bad in ({"workers": 0}, {"concurrency": 0}, {"budget": -1.0}, {"topology": "4y3"}, {"algorithm": "4-level"}, {"function_memory": 1 << 20}, {"objective": "speed"}):
+    for bad in ({"workers": 0}, {"concurrency": 0}, {"budget": -1.0}, {"topology": "4y3"}, {"algorithm": "4-level"}, {"function_memory": 128 << 20}, {"objective": "speed"}):
         with pytest.raises(ConfigError):
             Config(**bad)  # type: ignore[arg-type]
 
 
 def test_selector_never_picks_a_p_whose_tasks_cannot_fit() -> None:
     profile = StorageProfile.load("local")
-    small = Config(function_memory=64 << 20)
     from dataclasses import replace
 
-    tight = replace(profile, function_memory=small.function_memory)
+    tight = replace(profile, function_memory=256 << 20)  # 32 MiB of data per task: P >= 32 for 1 GiB
     choice = choose(1 << 30, tight, max_workers=64)
-    assert all(c.workers * tight.function_memory * 0.25 >= (1 << 30) for c in choice.candidates)
-    with pytest.raises(ConfigError, match="function memory"):
+    assert min(c.workers for c in choice.candidates) == 32 and choice.best.workers >= 32
+    with pytest.raises(ConfigError, match="no P fits .* P must be at least 32"):
         choose(1 << 30, tight, max_workers=8)
-    with pytest.raises(ConfigError, match="function memory"):
+    with pytest.raises(ConfigError, match="no P fits"):
         choose(1 << 30, tight, senders=4, buckets=8)
 
 
@@ -152,3 +153,30 @@ def test_global_forcing_reaches_explain() -> None:
     assert rows and all(" 2x3" in line for line in rows), text
     code, text = invoke("--algorithm", "2-level", "explain", "--size", "1GB")
     assert code == 0 and "* 2-level" in text, text
+
+
+def _cli(config: Config, *args: str) -> tuple[int, str]:
+    endpoint = ["--s3-endpoint", config.s3.endpoint] if config.s3.endpoint else []
+    result = CliRunner(env={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "flags-secret"}).invoke(main, ["--no-progress", "--no-calibrate", "--concurrency", "2", *endpoint, *args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def test_small_function_memory_on_both_stores(store_env: tuple[str, Config], tmp_path: Path) -> None:
+    """20 MB in 256 MiB functions (32 MiB of data per task) needs P >= 1; 60 MB needs P >= 2: the selector picks such a
+    P; capped at one worker, the job stops with a clear error and commits nothing."""
+    url, config = store_env
+    from croupier.jobs.gensort import gensort
+
+    gensort(f"{url}/in", 60_000_000, 2, config)
+    code, text = _cli(config, "sort", f"{url}/in", f"{url}/out", "--function-memory", "256MiB", "--max-workers", "1")
+    assert code == 1 and "no P fits" in text and "--function-memory" in text and "Traceback" not in text
+    assert [o.key for o in open_store(f"{url}/out", config).list()] == []
+    report = tmp_path / "r.json"
+    code, text = _cli(config, "sort", f"{url}/in", f"{url}/out", "--function-memory", "256MiB", "--report", str(report))
+    assert code == 0, text
+    assert json.loads(report.read_text())["summary"]["workers"] >= 2
+    code, text = _cli(config, "sort", f"{url}/in", f"{url}/out2", "--report", str(tmp_path / "no" / "r.json"))
+    assert code == 2 and "does not exist" in text
+    assert [o.key for o in open_store(f"{url}/out2", config).list()] == []
