@@ -39,6 +39,7 @@ def exit_status(exc: BaseException) -> int:
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
     raise Terminated(f"terminated by signal {signum} (SIGTERM)")
 
 
