@@ -9,6 +9,7 @@ can be logged, put in a report or an error message without leaking keys.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,25 @@ class S3Options:
     allow_http: bool = False
     virtual_hosted_style: bool = False
     anonymous: bool = False
+
+    def __post_init__(self) -> None:
+        """Credentials in the endpoint URL (``http://key:secret@host``) become Secrets (unless
+        given separately), and the endpoint keeps only the address, so nothing prints them."""
+        if self.endpoint and "@" in self.endpoint:
+            from croupier.redact import split_userinfo
+
+            endpoint, user, password = split_userinfo(self.endpoint)
+            object.__setattr__(self, "endpoint", endpoint)
+            if user and self.access_key_id is None:
+                object.__setattr__(self, "access_key_id", Secret(user))
+            if password and self.secret_access_key is None:
+                object.__setattr__(self, "secret_access_key", Secret(password))
+
+    def __repr__(self) -> str:
+        from croupier.redact import redact
+
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return redact(f"S3Options({fields})")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> S3Options:
@@ -110,6 +130,9 @@ class SpeculationPolicy:
         return 0 if self.budget == 0 or total <= 1 else max(1, math.floor(self.budget * total))
 
 
+
+#: The smallest function memory that runs: a worker uses about 110 MiB before it holds any data.
+MIN_FUNCTION_MEMORY = parse_size("256MiB")
 
 #: What ``Config.calibration`` may be; see there.
 CALIBRATION_MODES = ("auto", "off")
@@ -228,8 +251,8 @@ class Config:
             object.__setattr__(self, "tmp_url", str(parse_location(self.tmp_url)))
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
-        if self.function_memory < parse_size("64MiB"):
-            raise ConfigError(f"function_memory must be at least 64 MiB, got {self.function_memory} bytes")
+        if self.function_memory < MIN_FUNCTION_MEMORY:
+            raise ConfigError(f"function_memory must be at least 256 MiB (a function needs about 110 MiB before it holds any data), got {self.function_memory} bytes")
         if self.reducers not in ("lazy", "eager") or not 0.0 <= self.eager_after <= 1.0:
             raise ConfigError(f"reducers must be 'lazy' or 'eager' and eager_after in [0, 1], got {self.reducers!r}, {self.eager_after}")
         if self.calibration not in CALIBRATION_MODES:

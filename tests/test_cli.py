@@ -49,7 +49,7 @@ def test_valsort_exits_nonzero_on_a_bad_output(tmp_path: Path) -> None:
 
 def test_errors_are_clear_and_not_tracebacks(tmp_path: Path) -> None:
     code, text = run("sort", "ftp://x/y", str(tmp_path / "o"))
-    assert code == 1 and "unsupported store URL scheme 'ftp'" in text and "Traceback" not in text
+    assert code == 2 and "unsupported store URL scheme 'ftp'" in text and "Traceback" not in text
     code, text = run("sort", str(tmp_path / "missing"), str(tmp_path / "o"))
     assert code == 1 and "no input objects under" in text
     code, text = run("gensort", str(tmp_path / "g"), "--size", "lots")

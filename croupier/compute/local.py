@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
+from croupier.compute.orphan import start_forkserver_quietly
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.mainguard import main_module_hidden
 from croupier.compute.speculation import choose_backups
@@ -80,6 +81,7 @@ class LocalExecutor(Executor):
         self._rng = random.Random(seed)
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["croupier.compute.worker"])
+        start_forkserver_quietly()  # issue 12, promise 6: no fork-server traceback on Ctrl-C
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
         self._workers: list[_Worker] = []
         self._next_wid = 0

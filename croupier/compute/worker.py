@@ -26,6 +26,7 @@ from typing import Any
 
 from croupier.compute.base import MAX_RESULT_BYTES
 from croupier.compute.context import TaskContext
+from croupier.compute.orphan import guard_worker
 from croupier.storage.prefetch import PrefetchCache
 from croupier.storage import open_backend
 from croupier.storage.backend import Backend
@@ -122,6 +123,7 @@ def _current_rss() -> int:
 
 def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: int) -> None:
     """Serve tasks from ``conn`` until told to stop."""
+    guard_worker()  # exit quietly when the driver dies; leave Ctrl-C to the driver
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
     import pyarrow
 
@@ -134,7 +136,7 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
     while True:
         try:
             message = conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionError):  # the driver is gone: exit quietly (issue 12, promise 6)
             return
         if message is None:
             return
@@ -144,7 +146,11 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
         if next_id is not None and next_inputs:
             upcoming = PrefetchCache(memory_budget // 4)
             upcoming.prepare(next_id, next_inputs, lambda url, config=config: _backend(backends, url, config))
-        conn.send(_run_task((task_id, fn, args, config), watch, backends, current))
+        reply = _run_task((task_id, fn, args, config), watch, backends, current)
+        try:
+            conn.send(reply)
+        except ConnectionError:  # the driver is gone: exit quietly (issue 12, promise 6)
+            return
         release_if_large(memory_budget)
 
 

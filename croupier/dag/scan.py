@@ -236,8 +236,14 @@ def byte_splits(base: str, objects: list[ObjectInfo], target: int, align: int = 
 
 
 def check_gensort(base: str, objects: list[ObjectInfo]) -> None:
-    """gensort objects must hold whole 100-byte records."""
+    """gensort objects must hold whole 100-byte records, and not be named like other files."""
+    from croupier.ops.formats import check_record_name
+
     for obj in objects:
+        try:
+            check_record_name(obj.key)
+        except InputError as exc:
+            raise InputError(f"{base}/{exc}") from None
         if obj.size % RECORD:
             raise InputError(f"{base}/{obj.key}: size {obj.size:,} is not a multiple of {RECORD}; a truncated or non-gensort file")
 
@@ -344,13 +350,21 @@ def _read_csv(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema
     if not data.strip():
         return pl.DataFrame(schema=file_schema)
     try:
-        return _parse_csv(data, options, file_schema)
+        df = _parse_csv(data, options, file_schema)
     except pl.exceptions.PolarsError as exc:
         problem = _diagnose_csv(data, options, file_schema)
         if problem is None:
             raise
         row, text = problem
         raise InputError(f"{split.where}: row starting at byte {offset + row:,}: {text}") from exc
+    # Polars fills the missing fields of a short row with nulls; a short row always leaves the
+    # last column null, so only then are the rows counted (with the csv module: quotes respected).
+    if len(df) and df[df.columns[-1]].null_count():
+        short = _short_row(data, options, file_schema)
+        if short is not None:
+            row, text = short
+            raise InputError(f"{split.where}: row starting at byte {offset + row:,}: {text}")
+    return df
 
 
 def _parse_csv(data: bytes, options: CsvOptions, schema: pl.Schema) -> pl.DataFrame:
@@ -363,6 +377,16 @@ def _parse_csv(data: bytes, options: CsvOptions, schema: pl.Schema) -> pl.DataFr
         quote_char=options.quote_char,
         null_values=list(options.null_values) or None,
     )
+
+
+def _short_row(data: bytes, options: CsvOptions, schema: pl.Schema) -> tuple[int, str] | None:
+    """(byte offset in ``data``, what is wrong) of the first row with fewer fields than ``schema``."""
+    starts = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1])
+    rows = csv.reader(io.StringIO(data.decode("utf-8", errors="replace")), delimiter=options.separator, quotechar=options.quote_char or '"')
+    for i, fields in enumerate(rows):
+        if fields and len(fields) < len(schema):
+            return int(starts[min(i, len(starts) - 1)]), f"{len(fields)} fields, expected {len(schema)} ({', '.join(schema)})"
+    return None
 
 
 def _diagnose_csv(data: bytes, options: CsvOptions, schema: pl.Schema) -> tuple[int, str] | None:

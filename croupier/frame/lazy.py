@@ -41,6 +41,7 @@ from croupier.dag.run import Run
 from croupier.plan.compile import Compiler, finish, preview_exchanges
 from croupier.plan.output import commit_stage
 from croupier.report import RunReport
+from croupier.signals import handles_sigterm
 from croupier.storage import Location, open_store, parse_location
 from croupier.storage.commit import OutputCommit, check_disjoint
 
@@ -362,6 +363,7 @@ class LazyFrame:
         """The locations the query reads (a glob's folder stands for the glob)."""
         return [input_location(n.spec.url) for n in _walk(self._node) if isinstance(n, Scan)]
 
+    @handles_sigterm  # SIGTERM cleans up like Ctrl-C (issue 12, promise 6)
     def _run(self, sink: Sink | None, config: Config | None, executor: Executor | None, read: bool, job: str = "query", output: _Output | None = None) -> tuple[pl.DataFrame | None, StageOutput, QueryResult]:
         """Run the plan (see :meth:`_run_once`). A run whose fast tier filled up or died (see
         :func:`croupier.dag.tiers.fast_tier_failure`) has cleaned up and committed nothing; it

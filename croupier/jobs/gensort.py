@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from croupier.signals import handles_sigterm
 from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.runner import DagRunner
@@ -24,6 +25,7 @@ from croupier.storage.commit import OutputCommit
 from croupier.units import format_bytes
 
 
+@handles_sigterm  # SIGTERM cleans up like Ctrl-C (issue 12, promise 6)
 def gensort(
     output_url: str,
     size: int,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
+from croupier.signals import handles_sigterm
 from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.operators import Operator
@@ -123,6 +124,7 @@ def _output_objects(store: Store) -> list[ObjectInfo]:
     return objects
 
 
+@handles_sigterm  # SIGTERM cleans up like Ctrl-C (issue 12, promise 6)
 def valsort(output_url: str, config: Config, input_url: str | None = None, executor: Executor | None = None) -> tuple[ValsortResult, RunReport]:
     """Validate the sorted output under ``output_url`` (against ``input_url`` when given)."""
     output = parse_location(output_url)

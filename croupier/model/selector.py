@@ -22,9 +22,13 @@ from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
 from croupier.model.profile import StorageProfile
+from croupier.units import format_bytes
 
 #: Share of a function's memory its data may take: input, grouped copy and sort buffers coexist.
 MEMORY_SHARE = 0.25
+#: Memory a function uses before it holds any data: Python with NumPy, Polars and PyArrow imported
+#: (a local worker measured 107 MiB). Only the rest is shared among a task's data.
+FUNCTION_BASELINE = 128 << 20
 OBJECTIVES = ("time", "cost")
 
 
@@ -79,11 +83,34 @@ def _key(objective: str):  # type: ignore[no-untyped-def]
     return (lambda p: (p.cost, p.seconds)) if objective == "cost" else (lambda p: (p.seconds, p.cost))
 
 
+def usable_memory(function_memory: int) -> float:
+    """Bytes of data one task may hold in a function of ``function_memory`` bytes."""
+    return max(1, function_memory - FUNCTION_BASELINE) * MEMORY_SHARE
+
+
 def search_range(data_bytes: int, profile: StorageProfile, max_workers: int | None = None) -> range:
     """P from ceil(D / usable memory) to the largest P worth trying."""
-    low = max(1, math.ceil(data_bytes / (profile.function_memory * MEMORY_SHARE)))
+    low = max(1, math.ceil(data_bytes / usable_memory(profile.function_memory)))
     high = max_workers or (profile.concurrency if profile.concurrency >= 100 else 8 * profile.concurrency)
     return range(low, max(low, high) + 1)
+
+
+def _fitting_sizes(data_bytes: int, profile: StorageProfile, max_workers: int | None, buckets: int | None) -> list[int]:
+    """The P the selector may pick: every one whose tasks fit in a function's memory, at most
+    ``max_workers`` and at most ``buckets``; a clear error (before any work) when there is none."""
+    span = search_range(data_bytes, profile, max_workers)
+    limits = [(max_workers, "--max-workers / max_workers")] if max_workers else []
+    if buckets is not None:
+        limits.append((buckets, f"the {buckets} buckets the producers wrote"))
+    sizes = [p for p in span if all(p <= limit for limit, _ in limits)]
+    if not sizes:
+        limit, why = min(limits)
+        raise ConfigError(
+            f"no P fits {format_bytes(data_bytes)} in functions of {format_bytes(profile.function_memory)} function memory: "
+            f"a task may hold {MEMORY_SHARE:.0%} of what is left after the {format_bytes(FUNCTION_BASELINE)} a function needs to start, so P must be at least {span.start}, but P is at most {limit} ({why}); "
+            "give more --function-memory (function_memory) or a larger --max-workers"
+        )
+    return sizes
 
 
 def choose(
@@ -119,9 +146,7 @@ def choose(
         sizes = [topology.workers]
         plans = [ExchangePlan(topology, c, senders, buckets) for c in combine]
     else:
-        sizes = [workers] if workers else list(search_range(data_bytes, profile, max_workers))
-        if buckets is not None:
-            sizes = [p for p in sizes if p <= buckets] or [min(buckets, sizes[0])]
+        sizes = [workers] if workers else _fitting_sizes(data_bytes, profile, max_workers, buckets)
         plans = [plan for p in sizes for plan in all_plans(p, max_levels, senders, buckets, combine)]
     plans = [plan for plan in plans if algorithm is None or plan.family == algorithm]
     if not plans:

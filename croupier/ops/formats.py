@@ -28,6 +28,26 @@ def detect_format(key: str) -> str:
     return "parquet" if key.lower().endswith((".parquet", ".parq")) else "gensort"
 
 
+#: Name endings of files that are never gensort records (documents, text, data of other formats,
+#: archives); one in a folder of records is a stray file, not 100-byte records.
+NOT_RECORDS = (
+    ".txt", ".md", ".rst", ".json", ".jsonl", ".csv", ".tsv", ".log", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".xml",
+    ".html", ".htm", ".pdf", ".py", ".sh", ".orc", ".avro", ".arrow", ".feather", ".gz", ".zip", ".bz2", ".xz", ".zst", ".tar",
+    ".png", ".jpg", ".jpeg", ".crc", ".ds_store",
+)
+
+
+def check_record_name(key: str) -> None:
+    """Refuse an input object of a gensort input whose name says it holds something else (a README.txt
+    in a folder of records would otherwise be sorted in as records, 100 bytes at a time)."""
+    name = key.rsplit("/", 1)[-1].lower()
+    if name.endswith(NOT_RECORDS) or name in ("readme", "license", "notice", "makefile"):
+        raise InputError(
+            f"{key}: not a gensort record file (its name says it is {name.rsplit('.', 1)[-1] if '.' in name else 'a document'}); "
+            "move it out of the input folder, or name the record files with a glob (e.g. IN/part-*)"
+        )
+
+
 def output_name(index: int, fmt: str) -> str:
     """Name of output object ``index``; names sort in output order."""
     return f"part-{index:05d}.parquet" if fmt == "parquet" else f"part-{index:05d}"
@@ -62,6 +82,7 @@ def records_from_table(table: pa.Table, where: str) -> np.ndarray:
         column = table.column(name)
         if not (pa.types.is_binary(column.type) or pa.types.is_fixed_size_binary(column.type) or pa.types.is_large_binary(column.type)):
             raise InputError(f"{where}: column {name!r} has type {column.type}, expected binary of {width} bytes")
+        check_binary_column(column, name, width, where)
         row = 0
         for chunk in column.chunks:
             try:
@@ -101,7 +122,27 @@ def key_bytes(table: pa.Table, where: str) -> np.ndarray:
     column = table.column("key")
     if not (pa.types.is_binary(column.type) or pa.types.is_fixed_size_binary(column.type) or pa.types.is_large_binary(column.type)):
         raise InputError(f"{where}: column 'key' has type {column.type}, which cannot be sorted as a TeraSort key; expected binary of {KEY_SIZE} bytes")
+    check_binary_column(column, "key", KEY_SIZE, where)
     flat = np.concatenate([fixed_binary_bytes(c) for c in column.chunks]) if column.num_chunks else np.empty(0, np.uint8)
     if len(flat) != table.num_rows * KEY_SIZE:
         raise InputError(f"{where}: column 'key' values are not all {KEY_SIZE} bytes long")
     return flat.reshape(-1, KEY_SIZE)
+
+
+def check_binary_column(column: pa.ChunkedArray, name: str, width: int, where: str) -> None:
+    """Every value of a binary ``column`` is present and exactly ``width`` bytes long; else an
+    :class:`InputError` naming the object, the column and the first bad row (before any work)."""
+    import pyarrow.compute as pc
+
+    if column.null_count:
+        row = pc.index(pc.is_null(column), True).as_py()
+        raise InputError(f"{where}: column {name!r} is null in row {row:,} ({column.null_count:,} null value(s)); every record needs a {width}-byte {name}")
+    if pa.types.is_fixed_size_binary(column.type):
+        if column.type.byte_width != width:
+            raise InputError(f"{where}: column {name!r} holds {column.type.byte_width}-byte values; TeraSort records need {width}-byte {name}s")
+        return
+    lengths = pc.binary_length(column)
+    wrong = pc.not_equal(lengths, width)
+    if pc.any(wrong).as_py():
+        row = pc.index(wrong, True).as_py()
+        raise InputError(f"{where}: column {name!r} row {row:,} is {lengths[row].as_py()} bytes long; TeraSort records need {width}-byte {name}s")

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from croupier.errors import InputError
 from croupier.ops import partition
-from croupier.ops.formats import detect_format, key_bytes, read_records
+from croupier.ops.formats import check_record_name, detect_format, key_bytes, read_records
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, key_columns
 from croupier.storage import ObjectInfo, Store
 from croupier.storage.rangefile import RangeFile
@@ -49,6 +49,7 @@ def input_format(objects: list[ObjectInfo]) -> str:
     fmt = formats.pop()
     if fmt == "gensort":
         for o in objects:
+            check_record_name(o.key)
             if o.size % RECORD_SIZE:
                 raise InputError(
                     f"{o.key}: size {o.size} bytes is not a multiple of the {RECORD_SIZE}-byte record size; "

@@ -21,6 +21,7 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import S3Store
 
 from croupier.config import S3Options
+from croupier.redact import redact
 from croupier.errors import (
     ConfigError,
     ObjectExists,
@@ -60,7 +61,7 @@ class S3Backend(Backend):
     @property
     def url(self) -> str:
         root = str(self.location)
-        return f"{root} (endpoint {self._endpoint})" if self._endpoint else root
+        return f"{root} (endpoint {redact(self._endpoint)})" if self._endpoint else root
 
     def _key(self, key: str) -> str:
         """``key``, checked like every store checks keys, and within S3's key length."""
@@ -136,7 +137,7 @@ class S3Backend(Backend):
         except (AlreadyExistsError, PreconditionError) as exc:
             raise _Conditional(f"{self.url}/{key}: precondition failed") from exc
         except (ObstoreError, OSError, RuntimeError) as exc:
-            text = str(exc).split("\n\nDebug source:")[0]
+            text = redact(str(exc).split("\n\nDebug source:")[0])
             if "169.254.169.254" in text or "latest/api/token" in text:
                 raise StorageError(
                     f"no S3 credentials for {self.url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "

@@ -1,0 +1,63 @@
+"""Worker processes whose driver died exit quietly (issue 12, promise 6).
+
+A local worker is a child of the multiprocessing fork server, which ends when the driver does;
+the worker is then re-parented. :func:`guard_worker` starts a daemon thread that notices this (its
+parent process id changes) and ends the worker at once with ``os._exit`` — no traceback, no
+half-written reply; what it was writing is a temporary object under the run's prefix or an
+uncommitted part, both of which ``croupier clean`` removes once the run's lease expires. On
+Linux the kernel's parent-death signal (``PR_SET_PDEATHSIG``) ends it even sooner.
+
+Ctrl-C in a terminal reaches the whole process group: workers ignore SIGINT and leave the
+interrupt to the driver, which stops them; so no worker prints a ``KeyboardInterrupt`` traceback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+#: Seconds between checks of the parent process id.
+POLL_SECONDS = 0.2
+_PR_SET_PDEATHSIG = 1
+
+
+def guard_worker(poll: float = POLL_SECONDS) -> None:
+    """Make this worker process ignore Ctrl-C and exit quietly when its parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass  # no prctl: the watcher thread alone does it
+    if os.getppid() != parent or parent == 1:
+        os._exit(0)
+    threading.Thread(target=_watch, args=(parent, poll), name="croupier-orphan-watch", daemon=True).start()
+
+
+def _watch(parent: int, poll: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(poll)
+    os._exit(0)
+
+
+def start_forkserver_quietly() -> None:
+    """Start the multiprocessing fork server now (if it is not running) with SIGINT ignored, so a
+    Ctrl-C to the process group while it imports its preloaded modules is not a traceback: an
+    ignored signal stays ignored across its exec, and once running it ignores SIGINT itself.
+    Only the main thread may change signal dispositions; elsewhere it starts as usual. (A Ctrl-C
+    in the few milliseconds of the fork is lost; press it again.)"""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
