@@ -44,7 +44,9 @@ from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
 from croupier.jobs.calibrate import calibrate, describe
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
+from croupier.model.fit import observations_from_report
 from croupier.model.perf import predict
+from croupier.model.stage import predict_stage
 from croupier.storage import open_store
 from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
@@ -88,6 +90,7 @@ def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: 
     with LocalExecutor(config) as executor:
         for size in sizes:
             gensort(f"{base}/in", size, max(2, config.concurrency), config, overwrite=True, executor=executor)
+            sort(f"{base}/in", f"{base}/out", 2, config, overwrite=True, executor=executor)  # warm-up, not counted
             grid = []
             for p in workers:
                 for plan in all_plans(p, max_levels):
@@ -121,9 +124,14 @@ FAMILIES: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def tpch_queries(store: str, config: Config, tables: dict[str, str], queries: list[int], workers: list[int]) -> tuple[list[Point], list[tuple[str, float]]]:
     """Each query under each plan family and P: per-stage predicted vs measured, and the regret."""
+    from croupier.model.profile import StorageProfile
+
+    assert config.profile is not None
+    profile = StorageProfile.load(config.profile)
     points: list[Point] = []
     regrets: list[tuple[str, float]] = []
     for number in queries:
+        croupier.sql(reference_sql("tpch", number), tables, config=config).collect()  # warm-up, not counted
         text = reference_sql("tpch", number)
         grid = []
         for family, changes in FAMILIES:
@@ -134,14 +142,17 @@ def tpch_queries(store: str, config: Config, tables: dict[str, str], queries: li
                 frame.collect()
                 report = frame.last_run.report if frame.last_run is not None else None
                 assert report is not None
-                stages = [s for s in report.stages if s.predicted.get("seconds") is not None and s.wall_seconds > 0]
-                predicted = sum(float(s.predicted["seconds"]) for s in stages)
-                measured = sum(s.wall_seconds for s in stages)
-                for s in stages:
-                    points.append((f"{store} Q{number} {family} P={p} {s.name}", store, f"tpch-stage {family}", float(s.predicted["seconds"]), s.wall_seconds))
-                label = f"{store} Q{number} P={p} {family} ({len(stages)} stages)"
+                # stages run in one executor call ("shared") report the call's wall each: one
+                # observation together, as the fit sees them (model.fit.observations_from_report)
+                observed = [o for o in observations_from_report(report, config.concurrency) if o.wall > 0]
+                pairs = [(o.facts.name, predict_stage(o.facts, profile, config.concurrency).seconds, o.wall) for o in observed]
+                predicted = sum(x for _, x, _ in pairs)
+                measured = sum(y for _, _, y in pairs)
+                for name, x, y in pairs:
+                    points.append((f"{store} Q{number} {family} P={p} {name}", store, f"tpch-stage {family}", x, y))
+                label = f"{store} Q{number} P={p} {family} ({len(pairs)} stages)"
                 points.append((label, store, f"tpch-query {family}", predicted, measured))
-                print(line(label, predicted, measured), flush=True)
+                print(line(label, predicted, measured) + f"  (run wall {report.wall_seconds:.3f} s)", flush=True)
                 grid.append((f"{family} P={p}", predicted, measured))
         chosen, best, regret = regret_of(grid)
         regrets.append((f"{store} Q{number}", regret))
