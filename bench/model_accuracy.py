@@ -46,6 +46,7 @@ from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.model.fit import observations_from_report
 from croupier.model.perf import predict
+from croupier.model.selector import robust
 from croupier.model.stage import predict_stage
 from croupier.storage import open_store
 from croupier.testing import SeaweedFS
@@ -76,7 +77,9 @@ def regret_of(grid: list[tuple[Any, float, float]]) -> tuple[Any, Any, float]:
 
 
 def line(label: str, predicted: float, measured: float) -> str:
-    return f"  {label:<52} predicted {predicted:7.3f} s  measured {measured:7.3f} s  error {100 * (predicted - measured) / measured:+6.1f}%"
+    """One run's line, with the machine's 1-minute load average (other users' work slows runs)."""
+    load = os.getloadavg()[0]
+    return f"  {label:<52} predicted {predicted:7.3f} s  measured {measured:7.3f} s  error {100 * (predicted - measured) / measured:+6.1f}%  load {load:4.1f}"
 
 
 def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int) -> tuple[list[Point], list[tuple[str, float]]]:
@@ -92,22 +95,29 @@ def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: 
             gensort(f"{base}/in", size, max(2, config.concurrency), config, overwrite=True, executor=executor)
             sort(f"{base}/in", f"{base}/out", 2, config, overwrite=True, executor=executor)  # warm-up, not counted
             grid = []
+            predictions: list[tuple[Any, float]] = []
             for p in workers:
                 for plan in all_plans(p, max_levels):
-                    predicted = predict(plan, size, profile, config.concurrency).seconds
+                    prediction = predict(plan, size, profile, config.concurrency)
+                    predicted = prediction.seconds
                     measured = min(
                         exchange_seconds(sort(f"{base}/in", f"{base}/out", plan.workers, config, overwrite=True, executor=executor, plan=plan))
                         for _ in range(repeat)
                     )
                     grid.append((plan, predicted, measured))
+                    predictions.append((prediction, measured))
                     label = f"{store} sort {format_bytes(size)} P={p} {plan.name}"
                     points.append((label, store, plan.family, predicted, measured))
                     print(line(label, predicted, measured), flush=True)
-            chosen, best, regret = regret_of(grid)
+            chosen, best, point_regret = regret_of(grid)
+            pool = [pr for pr, _ in predictions]
+            picked = robust(min(pool, key=lambda pr: pr.seconds), pool)  # what the selector picks (ranges)
+            regret = dict((id(pr), m) for pr, m in predictions)[id(picked)] / best[2]
             regrets.append((f"{store} sort {format_bytes(size)}", regret))
             print(
-                f"  -> {store} sort {format_bytes(size)}: selector picks {chosen[0].name} P={chosen[0].workers} ({chosen[2]:.3f} s); "
-                f"best {best[0].name} P={best[0].workers} ({best[2]:.3f} s); regret {regret:.3f}",
+                f"  -> {store} sort {format_bytes(size)}: selector (robust) picks {picked.plan.name} P={picked.workers}; best point estimate "
+                f"{chosen[0].name} P={chosen[0].workers} ({chosen[2]:.3f} s, regret {point_regret:.3f}); best measured {best[0].name} P={best[0].workers} "
+                f"({best[2]:.3f} s); regret {regret:.3f}",
                 flush=True,
             )
     return points, regrets
@@ -208,7 +218,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-local", action="store_true")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per sort configuration; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per sort configuration; the fastest counts")
     parser.add_argument("--plot", default=None, help="PNG of predicted vs measured (needs the plots extra)")
     args = parser.parse_args()
     args.size_list = [parse_size(s) for s in (args.sizes or ("20MB,80MB" if args.quick else "20MB,100MB,400MB,1GB")).split(",")]
