@@ -198,3 +198,17 @@ def test_selector_explains_ranges_and_a_robust_choice() -> None:
     assert "90% range" in text and f"({choice.best.low:.3f}-{choice.best.high:.3f})" in text
     if choice.point is not None:
         assert choice.best.high <= choice.point.high and "best worst case" in text
+
+
+def test_calibrate_output_gives_every_coefficient_with_its_error() -> None:
+    """``croupier calibrate`` prints each fitted coefficient, per-byte and per-call, with its +- error."""
+    profile = fit(synthetic(truth()), wrong(truth()), bootstrap=10).profile
+    text = describe(profile)
+    for kind in truth().compute:
+        row = next(line for line in text.splitlines() if line.strip().startswith(kind + " "))
+        assert row.count("+-") == 2 and "ns/B" in row and "ms/call" in row, row  # the fit measured both
+    sort_row = next(line for line in text.splitlines() if line.strip().startswith("sort "))
+    assert sort_row.split()[1] == "6", sort_row  # 6 ns/B, the truth's
+    parquet_row = next(line for line in text.splitlines() if line.strip().startswith("read:parquet "))
+    assert "2 +-" in parquet_row.split("ns/B")[1], parquet_row  # 2 ms per call, the truth's
+    assert "stage start-up" in text and "first touch" in text and "read x" in text

@@ -304,23 +304,27 @@ def calibrate_store(executor: Executor, config: Config, url: str, name: str, siz
     started = time.perf_counter()
     store = open_store(url, config)
     observations: list[Observation] = []
+    steps: dict[str, float] = {}  # seconds of each step, into the fit report (where a budget went)
     try:
-        points, streams = grid_points(executor, config, url, sizes)
+        (points, streams), steps["grid"] = _timed(lambda: grid_points(executor, config, url, sizes))
         base = grid_profile(name, points, streams, config, sizes)
-        warm = _timed(lambda: run_workload(executor, config, f"{url}/w0", sizes.scaled(WARM_UP)))[1]
+        warm = steps["warm_up"] = _timed(lambda: run_workload(executor, config, f"{url}/w0", sizes.scaled(WARM_UP)))[1]
         small, took = _timed(lambda: run_workload(executor, config, f"{url}/w1", sizes.scaled(SMALL)))
+        steps["small"] = took
         observations += small
         per_scale = max(took - warm, 1e-3) / (SMALL - WARM_UP)
         fixed = max(0.0, took - per_scale * SMALL)
         left = budget - (time.perf_counter() - started) - FIT_SECONDS
         scale = min(LARGEST, MARGIN * (left - fixed) / per_scale)
         if scale >= 2 * SMALL:
-            observations += run_workload(executor, config, f"{url}/w2", sizes.scaled(scale))
+            steps["large_scale"] = scale  # (a scale, not seconds)
+            large, steps["large"] = _timed(lambda: run_workload(executor, config, f"{url}/w2", sizes.scaled(scale)))
+            observations += large
     finally:
         store.delete_prefix()
-    result = fit(observations, base, bootstrap=bootstrap)
+    result, steps["fit"] = _timed(lambda: fit(observations, base, bootstrap=bootstrap))
     elapsed = time.perf_counter() - started
-    profile = replace(result.profile, fit=dict(result.profile.fit, calibration_seconds=round(elapsed, 1)))
+    profile = replace(result.profile, fit=dict(result.profile.fit, calibration_seconds=round(elapsed, 1), **{f"calibration_{k}": round(v, 2) for k, v in steps.items()}))
     return Calibration(replace(result, profile=profile), observations, points, elapsed)
 
 

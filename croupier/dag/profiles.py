@@ -73,8 +73,8 @@ class RunProfile:
         machine, store, concurrency = self.key
         path = cache.path(*self.key)
         LOG.warning(
-            "croupier: no profile of %s for this machine yet: calibrating it now (once, about 10 s; cached in %s; "
-            "calibration='off' or --no-calibrate skips this)", store, path.parent,
+            "croupier: no profile of %s for this machine yet: calibrating it now (once, about 10 s, at most %s of "
+            "temporary data, deleted after; cached in %s; calibration='off' or --no-calibrate skips this)", store, QUICK.label, path.parent,
         )  # fmt: skip
         outcome = calibrate_store(run.executor, self._config, str(parse_location(tmp_url).child("_calibration")), store, QUICK, bootstrap=60)
         self.calibrated = outcome.seconds

@@ -75,9 +75,11 @@ def describe(profile: StorageProfile) -> str:
         f"first touch {pm('first_touch', profile.first_touch_seconds_per_byte, 1e12, 'ms/GB')} of one task's data"
     )
     lines.append(f"  storage terms: read x{pm('read_scale', profile.read_scale, 1, '')}, write x{pm('write_scale', profile.write_scale, 1, '')} of the grid's")
-    lines.append("  compute per phase kind, ns per byte on one core:")
-    for kind, c in sorted(profile.compute.items()):
-        lines.append(f"    {kind or '(other operators)':<48} {pm('compute:' + kind, c, 1e9, '')}")
+    lines.append("  compute per phase kind on one core: ns per byte, and ms per call (a phase's fixed cost in each task):")
+    for kind in sorted(set(profile.compute) | set(profile.call_seconds)):
+        per_byte = pm("compute:" + kind, profile.compute[kind], 1e9, "ns/B") if kind in profile.compute else "-"
+        per_call = pm("call:" + kind, profile.call_seconds[kind], 1e3, "ms/call") if kind in profile.call_seconds else "-"
+        lines.append(f"    {kind or '(other operators)':<48} {per_byte:<22} {per_call}")
     lines.append(f"  unexplained spread of stage times: {100 * profile.residual:.1f}% (1 sd); fit: {profile.fit}")
     return "\n".join(lines)
 
