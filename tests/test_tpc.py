@@ -108,3 +108,15 @@ def test_explain_after_a_run_shows_stages_p_and_decisions(tmp_path: Path, tpc_da
     assert "physical stages as run" in text
     assert "measured -> direct" in text and "candidates)" in text and "-> broadcast join" in text
     assert "row groups read" in text
+
+
+def test_a_forced_plain_algorithm_with_broadcast_joins_allowed_shuffles_early_bound_build_sides(tmp_path: Path, tpc_data: dict, answers: dict) -> None:
+    """A plain algorithm binds each build side before it writes; such a side cannot be broadcast
+    (its objects are laid out for the plan's consumers), so the join shuffles with that plan —
+    this once hung waiting for broadcast objects that were never written."""
+    config = Config(concurrency=2, workers=2, algorithm="direct", request_timeout=20)
+    root = (tmp_path / "store").as_uri()
+    tables = _tables("tpch", tpc_data["tpch"], root, config.with_(tmp_url=root))
+    frame = TPCH[3](tables)
+    assert compare(frame.collect(), answers[("tpch", 3)]) == []
+    assert any("bound early" in n for n in frame.explain(analyze=True).splitlines())

@@ -196,8 +196,13 @@ class Compiler:
         return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
 
     def _broadcast(self, node: Join, build: Stage, out: StageOutput | None, probe: Pipeline) -> bool:
-        """Whether the build side, as measured, is small enough to send to every probe task."""
+        """Whether the build side, as measured, is small enough to send to every probe task (and
+        was written for late binding: a build side whose plan was bound before it wrote — a forced
+        plain algorithm — is laid out for that plan's consumers, so the join shuffles with it)."""
         limit = self.config.broadcast_limit
+        if out is not None and out.early:
+            self.notes.append(f"{node.label()}: build side {build.name} was bound early ({out.plan.name if out.plan is not None else 'a fixed plan'}) -> shuffle hash join with the same plan")
+            return False
         if out is None:
             self.notes.append(f"{node.label()}: broadcast if build side {build.name} x probe tasks measures <= {format_bytes(limit)} at run time, else shuffle (shown)")
             return False
