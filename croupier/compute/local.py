@@ -49,6 +49,7 @@ class _Worker:
     started: float = 0.0
     backup: bool = False
     kill_at: float | None = None
+    config: Config | None = None  # the config this worker last received (sent again only on change)
 
 
 @dataclass
@@ -152,7 +153,10 @@ class LocalExecutor(Executor):
             worker.kill_at = worker.started + self._rng.uniform(0.0, typical)
         stage.reserved.pop(task.id, None)
         upcoming = None if backup else self._reserve(worker, stage)
-        worker.conn.send((task.id, task.fn, task.args, stage.config, upcoming.id if upcoming else None, upcoming.inputs if upcoming else ()))
+        fresh = worker.config is not stage.config and worker.config != stage.config
+        worker.config = stage.config
+        config = stage.config if fresh else None  # None: "the same as your last task's"
+        worker.conn.send((task.id, task.fn, task.args, config, upcoming.id if upcoming else None, upcoming.inputs if upcoming else ()))
 
     def _dispatch(self, stage: _Stage) -> None:
         """Hand queued tasks whose gate is open to idle workers: a worker's reserved (prefetched)

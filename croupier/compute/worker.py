@@ -3,6 +3,8 @@
 Protocol over a duplex pipe with the driver:
 
     driver -> worker: (task_id, fn, args, config, next_task_id, next_inputs)   or None to stop
+                      (config None: the same config as this worker's previous task — the driver
+                      sends a run's config once per worker, not with every task)
     worker -> driver: ("ok", task_id, value, {channel: io_dict}, seconds, peak_rss)
                       ("error", task_id, cause, traceback_text)
 
@@ -151,6 +153,7 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
     watch.start()
     backends: dict[str, Backend] = {}
     upcoming: PrefetchCache | None = None
+    last_config: Any = None
     while True:
         try:
             message = conn.recv()
@@ -159,6 +162,9 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
         if message is None:
             return
         task_id, fn, args, config, next_id, next_inputs = message
+        if config is None:
+            config = last_config
+        last_config = config
         current = upcoming if upcoming is not None and upcoming.task_id == task_id else None
         upcoming = None
         if next_id is not None and next_inputs:
