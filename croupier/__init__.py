@@ -10,6 +10,7 @@ The jobs are plain functions; ``croupier`` on the command line wraps them::
     result, report = valsort("file:///tmp/out", config, input_url="file:///tmp/in")
 """
 
+from croupier.compute.session import Session
 from croupier.config import Config, RetryPolicy, S3Options, Secret
 from croupier.frame import LazyFrame, coalesce, col, concat, count, lit, scan_csv, scan_parquet, when
 from croupier.frame import len as len  # noqa: A004 - Polars' name: pl.len()
@@ -19,7 +20,7 @@ from croupier.jobs.valsort import valsort
 from croupier.sql import sql  # noqa: E402 - the function shadows the subpackage's name on purpose
 
 __all__ = [
-    "Config", "LazyFrame", "RetryPolicy", "S3Options", "Secret", "coalesce", "col", "concat", "count", "gensort", "len",
+    "Config", "LazyFrame", "RetryPolicy", "S3Options", "Secret", "Session", "coalesce", "col", "concat", "count", "gensort", "len",
     "lit", "scan_csv", "scan_parquet", "sort", "sql", "valsort", "when",
 ]  # fmt: skip
 __version__ = "0.1.0"

@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import random
 import statistics
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class _Worker:
     started: float = 0.0
     backup: bool = False
     kill_at: float | None = None
+    config: Config | None = None  # the config this worker last received (sent again only on change)
 
 
 @dataclass
@@ -85,6 +87,12 @@ class LocalExecutor(Executor):
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
         self._workers: list[_Worker] = []
         self._next_wid = 0
+        self._lock = threading.RLock()  # one map at a time: runs of one session may share the pool
+
+    def warm_up(self) -> None:
+        """Start all ``concurrency`` workers now; they import what tasks need while the driver plans."""
+        with self._lock:
+            self._ensure_workers(self.config.concurrency)
 
     def _start_worker(self) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -101,6 +109,11 @@ class LocalExecutor(Executor):
         child.close()
         return _Worker(wid, proc, parent)
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (tests and diagnostics)."""
+        with self._lock:
+            return [w.process.pid for w in self._workers if w.process.is_alive()]
+
     def _ensure_workers(self, n: int) -> None:
         self._workers = [w for w in self._workers if w.process.is_alive()]
         while len(self._workers) < n:
@@ -114,6 +127,10 @@ class LocalExecutor(Executor):
     ) -> list[TaskResult]:
         if not tasks:
             return []
+        with self._lock:
+            return self._map(tasks, config, on_done)
+
+    def _map(self, tasks: Sequence[Task], config: Config | None, on_done: Callable[[TaskResult], None] | None) -> list[TaskResult]:
         stage = _Stage(tasks, config if config is not None else self.config, deque((t, 1) for t in tasks))
         self._ensure_workers(min(self.config.concurrency, len(tasks)))
         try:
@@ -138,7 +155,10 @@ class LocalExecutor(Executor):
             worker.kill_at = worker.started + self._rng.uniform(0.0, typical)
         stage.reserved.pop(task.id, None)
         upcoming = None if backup else self._reserve(worker, stage)
-        worker.conn.send((task.id, task.fn, task.args, stage.config, upcoming.id if upcoming else None, upcoming.inputs if upcoming else ()))
+        fresh = worker.config is not stage.config and worker.config != stage.config
+        worker.config = stage.config
+        config = stage.config if fresh else None  # None: "the same as your last task's"
+        worker.conn.send((task.id, task.fn, task.args, config, upcoming.id if upcoming else None, upcoming.inputs if upcoming else ()))
 
     def _dispatch(self, stage: _Stage) -> None:
         """Hand queued tasks whose gate is open to idle workers: a worker's reserved (prefetched)
@@ -312,6 +332,10 @@ class LocalExecutor(Executor):
         self._workers = [w for w in self._workers if w.process.is_alive()]
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         for worker in self._workers:
             try:
                 worker.conn.send(None)

@@ -20,6 +20,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from croupier.compute.base import Executor, Task, TaskResult
+from croupier.compute.session import current_session, new_executor
 from croupier.config import Config
 from croupier.errors import ConfigError, StorageError
 from croupier.report import RunReport, StageReport
@@ -30,14 +31,8 @@ from croupier.storage.location import Location, parse_location
 
 
 def make_executor(config: Config) -> Executor:
-    """The executor ``config.executor`` names: local worker processes, or Lithops."""
-    if config.executor == "lithops":
-        from croupier.compute.lithops_executor import LithopsExecutor
-
-        return LithopsExecutor(config, config.lithops_config)
-    from croupier.compute.local import LocalExecutor
-
-    return LocalExecutor(config)
+    """A new executor of the kind ``config.executor`` names (the caller closes it)."""
+    return new_executor(config)
 
 
 def new_run_id() -> str:
@@ -51,7 +46,7 @@ class Run:
     State:
         config:   the run's config
         run_id:   unique id; names the intermediate prefix
-        executor: runs the tasks (created here and closed at the end unless given)
+        executor: runs the tasks: the one given, else the current session's (croupier.compute.session)
         report:   stages so far and the job's summary
         driver_io: requests the driver itself makes
         lease_io: requests of lease renewals (their number depends on how long the run takes)
@@ -63,9 +58,9 @@ class Run:
         self.run_id = new_run_id()
         self.report = RunReport(job, self.run_id)
         self.driver_io = IOStats()
-        self._own_executor = executor is None
+        self._own_executor = False  # given, or the current session's (kept warm for the next run)
         if executor is None:
-            executor = make_executor(config)
+            executor = current_session().executor(config)
         self.executor = executor
         tune = getattr(executor, "tune", None)
         if tune is not None:  # a serverless platform sets concurrency, max_workers, function memory
