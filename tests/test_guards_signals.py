@@ -20,7 +20,7 @@ from croupier.jobs.gensort import gensort
 from croupier.storage import open_store
 
 CLI = [sys.executable, "-m", "croupier.cli", "--no-calibrate", "--no-progress", "--concurrency", "2"]
-SIZE = 20_000_000  # a sort of a few seconds on two cores: long enough to be stopped half-way
+SIZE = 100_000_000  # a sort of a few seconds on two cores: long enough to be stopped half-way
 
 
 def _env(config: Config, **extra: str) -> dict[str, str]:
@@ -39,10 +39,12 @@ def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def _wait_for_work(out: str, config: Config, proc: subprocess.Popen[str], extra: float) -> None:
-    """Until the run holds its lease and temporaries under ``out`` (then ``extra`` seconds more)."""
+    """Until the run holds its lease and has written exchange objects under ``out`` (its map is
+    under way), then ``extra`` seconds more. Warm workers make a small sort quick: signal early."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        if any(k.startswith("_croupier_tmp/") and k.endswith("/_lease") for k in _keys(out, config)):
+        temps = [k for k in _keys(out, config) if k.startswith("_croupier_tmp/")]
+        if any(k.endswith("/_lease") for k in temps) and len(temps) >= 3:
             time.sleep(extra)
             return
         time.sleep(0.05)
@@ -60,7 +62,7 @@ def sort_input(store_env: tuple[str, Config]) -> tuple[str, Config]:
 def test_cli_stopped_by_a_signal_cleans_up(sort_input: tuple[str, Config], sig: int, status: int, group: bool) -> None:
     url, config = sort_input
     proc = _start([*CLI, "sort", f"{url}/in", f"{url}/out"], _env(config))
-    _wait_for_work(f"{url}/out", config, proc, 0.5)
+    _wait_for_work(f"{url}/out", config, proc, 0.05)
     os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == status, err
@@ -86,7 +88,7 @@ def test_python_api_stopped_by_sigterm_cleans_up(sort_input: tuple[str, Config],
     script = tmp_path / "job.py"
     script.write_text(PROGRAM)
     proc = _start([sys.executable, str(script), f"{url}/in", f"{url}/out"], _env(config))
-    _wait_for_work(f"{url}/out", config, proc, 0.5)
+    _wait_for_work(f"{url}/out", config, proc, 0.05)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGTERM, err  # ended by SIGTERM, as without Croupier: status 143
@@ -100,7 +102,7 @@ def test_sigkill_of_every_process_then_clean(sort_input: tuple[str, Config]) -> 
     url, config = sort_input
     env = _env(config, CROUPIER_LEASE="2s")
     proc = _start([*CLI, "sort", f"{url}/in", f"{url}/out"], env)
-    _wait_for_work(f"{url}/out", config, proc, 0.8)
+    _wait_for_work(f"{url}/out", config, proc, 0.1)
     proc.kill()  # the driver only: the workers must notice and go
     _, err = proc.communicate(timeout=30)  # returns once every worker closed the inherited stderr
     assert "Traceback" not in err, err
