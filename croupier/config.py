@@ -196,7 +196,8 @@ class Config:
                          calibrates one on its first job if there is none (about 10 s, once; local
                          executor only), and refines it from every run's measured stages; "off":
                          the shipped profile of the store kind, no cache read or written. Default:
-                         :data:`DEFAULT_CALIBRATION` ("auto"; the test suite sets "off")
+                         :data:`DEFAULT_CALIBRATION` ("auto"; the test suite sets "off"), or
+                         ``CROUPIER_CALIBRATION`` when set (as ``CROUPIER_PROFILE_CACHE`` for the cache)
     profile_cache:       folder of the self-calibrated profiles (default ~/.cache/croupier/profiles)
     fast_tier:           a small fast store beside the slow one (``redis://host:port[/db]/prefix``)
                          for exchange objects (Locus §3.3); None: none. Canonical URL once parsed
@@ -236,8 +237,8 @@ class Config:
     reducers: str = "lazy"
     eager_after: float = 0.25
     lease: float = parse_duration("120s")
-    calibration: str = field(default_factory=lambda: DEFAULT_CALIBRATION)
-    profile_cache: str = field(default_factory=lambda: str(Path.home() / ".cache" / "croupier" / "profiles"))
+    calibration: str = field(default_factory=lambda: os.environ.get("CROUPIER_CALIBRATION") or DEFAULT_CALIBRATION)
+    profile_cache: str = field(default_factory=lambda: os.environ.get("CROUPIER_PROFILE_CACHE") or str(Path.home() / ".cache" / "croupier" / "profiles"))
     fast_tier: str | None = None
     tier: str = "auto"
     fast_profile: str | None = None

@@ -110,3 +110,10 @@ def test_a_run_report_round_trips_and_draws_a_timeline(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["report", str(tmp_path / "run.json"), "--plot", str(tmp_path / "again.svg")])
     assert out.exit_code == 0, out.output
     assert report.run_id in out.output and (tmp_path / "again.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_config_reads_the_calibration_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CROUPIER_CALIBRATION", "off")
+    monkeypatch.setenv("CROUPIER_PROFILE_CACHE", str(tmp_path))
+    config = Config()
+    assert config.calibration == "off" and config.profile_cache == str(tmp_path)
