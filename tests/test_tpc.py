@@ -16,9 +16,9 @@ import pytest
 import croupier.frame as cf
 from croupier.config import Config
 from croupier.examples.tpc import TPCDS, TPCH, compare, generate, reference
-from croupier.storage import open_store
 
 from .conftest import leftover_tmp
+from .tpc_sql_common import upload_parts
 
 SCALE = 0.01
 
@@ -41,22 +41,10 @@ PARTS = 3
 
 
 def _tables(kind: str, paths: dict[str, Path], root: str, config: Config) -> dict[str, cf.LazyFrame]:
-    """Scan frames for ``paths``, uploaded under ``root`` (the store under test) in PARTS files each."""
-    import io
-
-    import pyarrow.parquet as pq
-
-    store = open_store(root, config)
-    frames = {}
-    for name, path in paths.items():
-        table = pq.read_table(path)
-        step = -(-table.num_rows // PARTS) or 1
-        for i in range(PARTS):
-            buf = io.BytesIO()
-            pq.write_table(table.slice(i * step, step), buf, row_group_size=max(1, step // 2))
-            store.put(f"{kind}/{name}/part-{i}.parquet", buf.getvalue())
-        frames[name] = cf.scan_parquet(f"{root}/{kind}/{name}/", config=config)
-    return frames
+    """Scan frames for ``paths``, uploaded under ``root`` (the store under test) in PARTS files of
+    two row groups each."""
+    urls = upload_parts(kind, paths, root, config, PARTS, row_groups=2)
+    return {name: cf.scan_parquet(url, config=config) for name, url in urls.items()}
 
 
 def _exchanges_follow_their_plans(frame: cf.LazyFrame) -> list[str]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 import sqlglot
 
+from croupier.config import Config
 from croupier.sql.types import duckdb_dtype
+from croupier.storage import open_store
 
 
 def duckdb_answer(query: str, paths: dict[str, Path]) -> pl.DataFrame:
@@ -27,3 +31,19 @@ def duckdb_answer(query: str, paths: dict[str, Path]) -> pl.DataFrame:
 def is_ordered(query: str) -> bool:
     """Whether the query's outermost SELECT has an ORDER BY (then row order is part of the answer)."""
     return sqlglot.parse_one(query, dialect="duckdb").args.get("order") is not None
+
+
+def upload_parts(kind: str, paths: dict[str, Path], root: str, config: Config, parts: int = 3, row_groups: int = 1) -> dict[str, str]:
+    """Each table's rows cut into ``parts`` Parquet files (of ``row_groups`` row groups each) under
+    ``root/kind/table/``, so every plan runs several tasks; the table folder URLs."""
+    store = open_store(root, config)
+    urls = {}
+    for name, path in paths.items():
+        table = pq.read_table(path)
+        step = -(-table.num_rows // parts) or 1
+        for i in range(parts):
+            buf = io.BytesIO()
+            pq.write_table(table.slice(i * step, step), buf, row_group_size=max(1, step // row_groups))
+            store.put(f"{kind}/{name}/part-{i}.parquet", buf.getvalue())
+        urls[name] = f"{root}/{kind}/{name}/"
+    return urls
