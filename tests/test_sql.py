@@ -146,6 +146,10 @@ def test_joins(tables: dict[str, Path], query: str) -> None:
         "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k)",
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g)",
         "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.q > t.q)",
+        "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t.g <> t2.g AND t2.x > 0)",
+        "SELECT id FROM t WHERE EXISTS (SELECT * FROM t t2 WHERE t2.k = t.k AND t2.q + 1 <> t.q) AND NOT EXISTS (SELECT * FROM t t3 WHERE t3.k = t.k AND t3.d <> t.d AND t3.x < t3.q)",
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.s = t.s AND t2.id <> t.id)",
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g AND t2.q <> t.q)",
         "SELECT id, (SELECT max(w) FROM u) AS top FROM t WHERE x > (SELECT avg(x) FROM t)",
         "SELECT id FROM t WHERE x > (SELECT avg(x) FROM t t2 WHERE t2.g = t.g)",
         "SELECT id FROM t WHERE (SELECT count(*) FROM u WHERE (u.k = t.k AND u.w > 1) OR (u.k = t.k AND u.label = 'a')) > 0",
@@ -210,6 +214,29 @@ def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
     plan = frame.optimized_plan()
     assert sum(isinstance(n, Scan) for n in walk(plan)) == 1  # the CTE read twice is one node
     assert any(count > 1 for count in parents(plan).values()) and "<shared #1" in frame.explain()
+
+
+def test_exists_with_one_inequality_uses_per_key_bounds(tables: dict[str, Path]) -> None:
+    """EXISTS correlated by equalities and one ``<>`` is planned as min/max per key joined back
+    once (no distinct outer values, no cross product of inner and outer rows); with two ``<>`` the
+    general decorrelation stays. The answers are checked against DuckDB in test_subqueries."""
+    from croupier.expr import Agg
+    from croupier.plan.logical import Aggregate, Distinct
+
+    sources = {n: str(p) for n, p in tables.items()}
+
+    def shape(query: str) -> tuple[bool, set[str]]:
+        plan = croupier.sql(query, sources, config=CONFIG).optimized_plan()
+        fns = {e.fn for n in walk(plan) if isinstance(n, Aggregate) for a in n.aggs for e in _aggs(a)}
+        return any(isinstance(n, Distinct) for n in walk(plan)), fns
+
+    def _aggs(e):  # type: ignore[no-untyped-def]
+        return [e] if isinstance(e, Agg) else [x for c in e.children() for x in _aggs(c)]
+
+    distinct, fns = shape("SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t.g <> t2.g AND t2.x > 0)")
+    assert not distinct and {"min", "max"} <= fns
+    distinct, fns = shape("SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g AND t2.q <> t.q)")
+    assert distinct and "len" in fns
 
 
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:

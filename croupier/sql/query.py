@@ -352,6 +352,10 @@ class QueryTranslator:
             refs.setdefault((c.table.lower(), c.name.lower()), name)
         outer_names = list(dict.fromkeys(refs.values()))
         carried = {name: self.names.fresh("o") for name in outer_names}
+        if kind == "exists":
+            bounded = self._exists_by_bounds(rel, sel, refs, carried)
+            if bounded is not None:
+                return bounded
         distinct = Distinct(Project(rel.node, tuple(Col(n).alias(carried[n]) for n in outer_names), "select"))
         with self._cte_scope(sel):
             inner = self.from_clause(sel)
@@ -371,15 +375,53 @@ class QueryTranslator:
             return rel.with_node(out), coalesce(result, Lit(0, pl.Int64()))
         return rel.with_node(out), result
 
-    def _join_outer(self, inner: Relation, correlated: Relation, distinct: Node, where: exp.Where | None, outer_cols: set[str]) -> Relation:
-        """The inner rows joined with the distinct outer values their WHERE accepts."""
-        conds = _factor(where.this) if where is not None else []
+    def _exists_by_bounds(self, rel: Relation, sel: exp.Select, refs: dict[tuple[str, str], str], carried: dict[str, str]) -> tuple[Relation, Expr] | None:
+        """EXISTS correlated by equalities plus one ``inner <> outer``, decided by per-key bounds.
+
+        An inner row with equal keys and ``x <> y`` exists exactly when the smallest or the largest
+        non-null ``x`` among the rows with those keys differs from ``y`` (a null on either side never
+        satisfies ``<>``). So rather than joining every inner row with every distinct outer value —
+        a blow-up on self-joins such as TPC-H q21's ``l2.l_suppkey <> l1.l_suppkey`` — aggregate
+        ``min(x)`` and ``max(x)`` per key once and left-join them to the outer rows. None when the
+        subquery has another shape (the general path handles it)."""
+        if sel.args.get("where") is None or any(sel.args.get(k) for k in ("group", "having", "limit", "offset", "qualify")):
+            return None
+        with self._cte_scope(sel):
+            inner = self.from_clause(sel)
+            correlated = Relation(inner.node, {**inner.columns, **{k: carried[v] for k, v in refs.items()}})
+            local, pairs, rest = self._split_correlated(sel.args["where"], correlated, set(carried.values()))
+        if not pairs or len(rest) != 1 or not isinstance(rest[0][0], exp.NEQ):
+            return None
         t = ExprTranslator(self, correlated)
-        local, pairs, rest = [], [], []
-        for part in conds:
+        outer_cols = set(carried.values())
+        a, b = t(rest[0][0].left), t(rest[0][0].right)
+        if a.columns() and b.columns() <= outer_cols and b.columns() and not a.columns() & outer_cols:
+            x, y = a, b
+        elif b.columns() and a.columns() <= outer_cols and a.columns() and not b.columns() & outer_cols:
+            x, y = b, a
+        else:
+            return None
+        node = Filter(inner.node, conjoin(local)) if local else inner.node  # type: ignore[arg-type]
+        inode, inames = self._keys(node, [p[0] for p in pairs])
+        keys = [self.names.fresh("k") for _ in inames]
+        lo, hi = self.names.fresh("lo"), self.names.fresh("hi")
+        bounds: Node = Aggregate(inode, tuple(Col(n).alias(k) for n, k in zip(inames, keys)), (Agg("min", x).alias(lo), Agg("max", x).alias(hi)))
+        outer = Project(rel.node, tuple(Col(n).alias(c) for n, c in carried.items()), "with_columns")
+        onode, onames = self._keys(outer, [p[1] for p in pairs])
+        onode, bounds = self._same_key_types(onode, onames, bounds, keys)
+        out = Join(onode, bounds, tuple(onames), tuple(keys), "left", coalesce=False)
+        return rel.with_node(out), coalesce((Col(lo) != y) | (Col(hi) != y), Lit(False, pl.Boolean()))
+
+    def _split_correlated(self, where: exp.Where, correlated: Relation, outer_cols: set[str]) -> tuple[list[Expr], list[tuple[Expr, Expr]], list[tuple[exp.Expr, Expr]]]:
+        """A correlated WHERE's conjuncts: local ones (inner columns only), equality pairs
+        (inner expression, outer expression), and the rest (SQL node, translation)."""
+        t = ExprTranslator(self, correlated)
+        local: list[Expr] = []
+        pairs: list[tuple[Expr, Expr]] = []
+        rest: list[tuple[exp.Expr, Expr]] = []
+        for part in _factor(where.this):
             translated = t(part)
-            cols = translated.columns()
-            if not cols & outer_cols:
+            if not translated.columns() & outer_cols:
                 local.append(translated)
                 continue
             if isinstance(part, exp.EQ):
@@ -390,7 +432,13 @@ class QueryTranslator:
                 if a.columns() and b.columns() and b.columns() <= outer_cols and not a.columns() & outer_cols:
                     pairs.append((a, b))
                     continue
-            rest.append(translated)
+            rest.append((part, translated))
+        return local, pairs, rest
+
+    def _join_outer(self, inner: Relation, correlated: Relation, distinct: Node, where: exp.Where | None, outer_cols: set[str]) -> Relation:
+        """The inner rows joined with the distinct outer values their WHERE accepts."""
+        local, pairs, rest_parts = self._split_correlated(where, correlated, outer_cols) if where is not None else ([], [], [])
+        rest = [r[1] for r in rest_parts]
         node = inner.node
         if local:
             node = Filter(node, conjoin(local))  # type: ignore[arg-type]
