@@ -16,6 +16,8 @@ import numpy as np
 import polars as pl
 import pytest
 import sqlglot
+from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
+from sqlglot.optimizer.qualify import qualify
 from click.testing import CliRunner
 
 import croupier
@@ -131,6 +133,8 @@ def test_aggregations_with_duckdb_semantics(tables: dict[str, Path], query: str)
         "SELECT t.id, u.label FROM t JOIN u ON t.k = u.k AND t.x > u.w",
         "SELECT t.id, u.label FROM t JOIN u ON t.x < u.w - 40",
         "SELECT a.id, b.id AS other FROM t a JOIN t b ON a.id = b.id + 1 WHERE a.q = b.q",
+        "SELECT a.id, b.id AS other, u.label FROM t a, u, t b WHERE a.id = b.id + 1 AND b.k = u.k AND u.w > 1",
+        "SELECT a.id, u.label, c.g FROM t a, u, t b LEFT JOIN t c ON c.id = b.id WHERE a.id = b.id + 1 AND b.k = u.k",
     ],
 )
 def test_joins(tables: dict[str, Path], query: str) -> None:
@@ -237,6 +241,18 @@ def test_exists_with_one_inequality_uses_per_key_bounds(tables: dict[str, Path])
     assert not distinct and {"min", "max"} <= fns
     distinct, fns = shape("SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g AND t2.q <> t.q)")
     assert distinct and "len" in fns
+
+
+def test_comma_joins_follow_the_equalities() -> None:
+    """``FROM a, u, b WHERE a = b AND b = u``: u joins after b (no cross product of a and u),
+    also with an outer join after the inner ones (sqlglot's reordering skips those)."""
+    from croupier.sql.parse import connect_joins
+
+    for tail in ("", " LEFT JOIN t c ON c.id = b.id"):
+        tree = sqlglot.parse_one(f"SELECT a.id FROM t a, u, t b{tail} WHERE a.id = b.id + 1 AND b.k = u.k", dialect="duckdb")
+        tree = sqlglot.optimizer.optimize(tree, schema={"t": {"id": "INT", "k": "INT"}, "u": {"k": "INT"}}, dialect="duckdb", rules=(qualify, pushdown_predicates, connect_joins))
+        joins = [(j.alias_or_name, j.kind, j.args.get("on") is not None) for j in tree.args["joins"]]
+        assert joins[:2] == [("b", "", True), ("u", "", True)], joins
 
 
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:

@@ -56,6 +56,61 @@ def keep_non_equi_exists(expression: exp.Expr) -> exp.Expr:
     return expression
 
 
+def _is_inner(join: exp.Join) -> bool:
+    return not join.side and (join.kind or "").upper() in ("", "INNER", "CROSS") and not join.args.get("using") and not join.args.get("method")
+
+
+def _conjuncts_of(on: exp.Expr | None) -> list[exp.Expr]:
+    if on is None:
+        return []
+    parts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    return [p for p in parts if not (isinstance(p, exp.Boolean) and p.this is True)]
+
+
+def connect_joins(expression: exp.Expr) -> exp.Expr:
+    """Order each SELECT's leading inner/cross joins so that every table joins on an equality
+    with the tables before it whenever one exists, and put each ON conjunct at the first join
+    where all its tables are present.
+
+    ``FROM part, supplier, partsupp WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey``
+    (TPC-H q2) would otherwise start with the cross product of part and supplier — 800 million
+    rows at scale factor 10. sqlglot's own join reordering gives up when the FROM clause also has
+    an outer join; this pass only reorders the inner prefix, which later joins may all read.
+    Inner joins commute, so the answer is the same; only the order of unordered rows may change.
+    """
+    for select in list(expression.find_all(exp.Select)):
+        source, joins = select.args.get("from_") or select.args.get("from"), select.args.get("joins") or []
+        block = []
+        for join in joins:
+            if not _is_inner(join):
+                break
+            block.append(join)
+        if source is None or len(block) < 2:
+            continue
+        names = {j.alias_or_name for j in block}
+        conds = [c for j in block for c in _conjuncts_of(j.args.get("on"))]
+        tables = [exp.column_table_names(c) & (names | {source.alias_or_name}) for c in conds]
+        placed, order, left = {source.alias_or_name}, [], list(block)
+        while left:
+            pick = next((j for j in left if any(isinstance(c, exp.EQ) and j.alias_or_name in t and len(t) > 1 and t <= placed | {j.alias_or_name} for c, t in zip(conds, tables))), left[0])
+            left.remove(pick)
+            order.append(pick)
+            placed.add(pick.alias_or_name)
+        position = {j.alias_or_name: i for i, j in enumerate(order)}
+        assigned: list[list[exp.Expr]] = [[] for _ in order]
+        for c, t in zip(conds, tables):
+            assigned[max((position[n] for n in t if n in position), default=0)].append(c)
+        for join, parts in zip(order, assigned):
+            if parts:
+                join.set("kind", None)
+                join.set("on", exp.and_(*[p.copy() for p in parts]))
+            else:
+                join.set("kind", "CROSS")
+                join.set("on", None)
+        select.set("joins", order + joins[len(block):])
+    return expression
+
+
 RULES = (
     qualify,
     pushdown_projections,
@@ -63,6 +118,7 @@ RULES = (
     keep_non_equi_exists,
     unnest_subqueries,
     pushdown_predicates,
+    connect_joins,
     optimize_joins,
     eliminate_subqueries,
     merge_subqueries,
