@@ -86,6 +86,23 @@ def test_selector_searches_from_the_memory_bound_and_can_fix_p() -> None:
     assert "choice:" in text and "dominated by" in text and "topology" in text
 
 
+def test_the_chosen_candidate_is_always_in_the_table() -> None:
+    """When the robust choice is not among the best point estimates, the table still lists it,
+    marked, so the table shows what runs."""
+    from dataclasses import replace
+
+    from croupier.model.selector import Choice
+
+    choice = choose(10**9, toy_profile(concurrency=64))
+    ranked = sorted(choice.candidates, key=lambda c: c.seconds)
+    last = ranked[-1]
+    moved = replace(choice, best=last, point=ranked[0])
+    assert moved.ranked(3)[-1] is last and len(moved.ranked(3)) == 4
+    marked = [line for line in moved.explain(3).splitlines() if line.startswith("*")]
+    assert len(marked) == 1 and f"{last.workers:>5}" in marked[0]
+    assert isinstance(choice, Choice) and len(choice.ranked(3)) == 3
+
+
 def test_cost_objective_and_budget() -> None:
     profile = toy_profile(concurrency=64)
     fast = choose(10**9, profile, "time")

@@ -199,10 +199,10 @@ class Exchanges:
         if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
             entry["tier"], entry["tier_why"] = chosen
         if decision.choice is not None:
-            ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
+            ranked = decision.choice.ranked(8)
             entry["predicted_seconds"] = decision.choice.best.seconds
             entry["candidates"] = [
-                {"plan": c.plan.name, "workers": c.workers, "seconds": round(c.seconds, 4), "low": round(c.low, 4), "high": round(c.high, 4), "cost": c.cost, "dominant": c.dominant().name}
+                {"plan": c.plan.name, "workers": c.workers, "seconds": round(c.seconds, 4), "low": round(c.low, 4), "high": round(c.high, 4), "cost": c.cost, "dominant": c.dominant().name, "chosen": c is decision.choice.best}
                 for c in ranked
             ]
         with self._lock:

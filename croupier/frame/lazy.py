@@ -159,9 +159,11 @@ class QueryResult:
             lines += ["  " + _stage_line(s) for s in self.report.stages if s.predicted]
             for entry in self.report.exchanges:
                 lines.append(f"exchange {entry['producer']} -> {entry['consumer']}: {entry['how']}")
-                for c in entry.get("candidates", [])[:5]:
+                candidates = entry.get("candidates", [])
+                for c in candidates[:5] + [c for c in candidates[5:] if c.get("chosen")]:
                     span = f"{c['low']:.3f}-{c['high']:.3f}" if "low" in c else ""
-                    lines.append(f"    {c['plan']:<18} P={c['workers']:<4} {c['seconds']:8.3f} s ({span})  dominant: {c['dominant']}")
+                    mark = "*" if c.get("chosen") else " "
+                    lines.append(f"  {mark} {c['plan']:<18} P={c['workers']:<4} {c['seconds']:8.3f} s ({span})  dominant: {c['dominant']}")
                 lines.append(f"    requests: plan {entry['predicted_requests']}, measured {entry.get('measured_requests')}")
         lines += ["decisions at run time:"] + ["  " + n for n in self.notes] if self.notes else []
         if self.report is not None:

@@ -53,11 +53,16 @@ class Choice:
             f"{p.plan.name} P={p.workers} ({p.seconds:.3f} s, up to {p.high:.3f} s)"
         )
 
+    def ranked(self, rows: int) -> list[Prediction]:
+        """The ``rows`` best candidates by the objective's point estimate, plus the chosen one when
+        the robust choice ranks lower (so every table shows what runs)."""
+        shown = sorted(self.candidates, key=_key(self.objective))[:rows]
+        return shown if any(c is self.best for c in shown) else [*shown, self.best]
+
     def explain(self, rows: int = 15) -> str:
-        """The candidates table (best first) and the choice with its dominant term."""
-        key = _key(self.objective)
-        ranked = sorted(self.candidates, key=key)
-        shown = ranked[:rows]
+        """The candidates table (best first; the choice marked ``*``, listed last when the robust
+        choice is not among the best point estimates) and the choice with its dominant term."""
+        shown = self.ranked(rows)
         lines = [
             f"selector: D={self.data_bytes:,} B, objective {self.objective}"
             + (f" within ${self.budget}" if self.budget is not None else "")

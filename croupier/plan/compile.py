@@ -342,10 +342,10 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
         decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated")
         assert decision.choice is not None
         lines.append(f"{stage.name} (if it wrote all it reads): {decision.how}")
-        ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:5]
-        for c in ranked:
+        for c in decision.choice.ranked(5):
             d = c.dominant()
-            lines.append(f"    {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
+            mark = "*" if c is decision.choice.best else " "
+            lines.append(f"  {mark} {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
         if compiler.config.fast_tier is not None and compiler.config.tier != "slow":  # the tier candidates (model/tier.py)
             from croupier.model.tier import choose_tier
 
