@@ -22,7 +22,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-from croupier.plan.cloud import CloudPlan, PlanOptions, plan_sort
+from croupier.plan.cloud import LOCUS_ACCOUNTING, CloudPlan, PlanOptions, plan_sort
 from croupier.sim.engine import simulate_plan
 
 GB, TB, GiB = 10**9, 10**12, 2**30
@@ -41,6 +41,7 @@ class Figure:
     options: PlanOptions
     assumptions: str
     miss_reason: str = ""  # why the model is expected to miss (printed when it does)
+    fitted: bool = False  # an input of the model was inferred from this figure: printed, never counted
 
 
 def seer() -> list[Figure]:
@@ -94,25 +95,32 @@ def locus4() -> list[Figure]:
         200 * GB: ((305, 92, 50, 63, 75), (0.24, 0.30, 0.33, 0.42, 0.51)),
         1 * TB: ((6368, 1859, 558, 382, 281), (1.22, 1.58, 1.70, 2.12, 2.54)),
     }
-    why = "Locus' own projection of a slow-storage (S3-only) sort: P = data / worker memory, direct exchange, one bucket's request rate, 2018 Lambda; Croupier's model with the same P, algorithm and memory, one prefix, the profile's (Locus') bandwidths; costs compared as function GB-seconds only (Locus' cost formula leaves storage requests out)"
+    why = (
+        "Locus' own projection of a slow-storage (S3-only) sort, reproduced on the aws-s3-2018 profile and aws-lambda-2018 platform: "
+        "P = data / worker memory, direct exchange, one S3 bucket at Locus Table 1's rates (read by size bucket), the per-worker "
+        "bandwidth of Lambda in 2018 by function memory (Locus Fig. 2; the values at 0.25-1.5 GB INFERRED from this table's 20 GB "
+        "row, which is bandwidth-bound, so those five times are marked fitted and not counted); worker memory 0.25-1.5 GB = Lambda's "
+        "256-1536 MiB; costs compared as function GB-seconds only (Locus' cost formula bills neither requests nor invocations). "
+        "INFERRED accounting: " + LOCUS_ACCOUNTING
+    )
     out = []
     for d, (times, costs) in table.items():
         for m, t, c in zip(memories, times, costs):
             p = math.ceil(d / (m * GB))
-            options = PlanOptions("aws-s3", int(m * GB), p, "direct", prefixes=1, network=False)
-            reason_cost = "Locus' projected costs bill far fewer function-seconds than P x its projected time (1 TB on 0.25 GB workers: $1.22 is about 73 s per worker of a 6,368 s run), i.e. a worker is not billed while it waits on throttled requests; Croupier bills every running function for its stage"
-            reason = "Locus' projection charges S^2/w^2 requests against one bucket's measured rate and 2x the max of bandwidth and requests; Croupier adds start-up per wave, compute and the per-size q(s, P) curve, and counts reads and writes as separate stages"
-            out.append(Figure("Locus Table 4", f"{d / GB:g} GB sort, {m:g} GB workers, time", t, "s", d, options, why, reason))
-            out.append(Figure("Locus Table 4", f"{d / GB:g} GB sort, {m:g} GB workers, cost", c, "$fn", d, options, why, reason_cost))
+            options = PlanOptions("aws-s3-2018", int(m * GiB), p, "direct", prefixes=1, accounting="locus")
+            reason = "Locus' projection reads q_s from measurements finer than Table 1's five sizes; Croupier's profile has only Table 1"
+            out.append(Figure("Locus Table 4", f"{d / GB:g} GB sort, {m:g} GB workers, time", t, "s", d, options, why, reason, fitted=d == 20 * GB))
+            out.append(Figure("Locus Table 4", f"{d / GB:g} GB sort, {m:g} GB workers, cost", c, "$fn", d, options, why, reason))
     return out
 
 
 def value(plan: CloudPlan, unit: str) -> float:
-    """The model's figure: seconds, total USD, or ("$fn") USD of functions and invocations only."""
+    """The model's figure: seconds, or total USD ("$"), or USD of function GB-seconds only
+    ("$fn"); costs rounded to cents, the precision the papers print them with."""
     if unit == "s":
         return plan.seconds
     cost = plan.cost
-    return cost.total if unit == "$" else cost.functions + cost.invocation
+    return round(cost.total if unit == "$" else cost.functions, 2)
 
 
 def fmt(x: float, unit: str) -> str:
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         model = value(plan, f.unit)
         err = model / f.published - 1
         ok = abs(err) <= TOLERANCE
-        matched += ok
+        matched += ok and not f.fitted
         if f.source != source:
             source = f.source
             print(f"\n== {source}: {f.assumptions}")
@@ -147,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         line = f"  {f.label:<38} published {fmt(f.published, f.unit):>11}  model {fmt(model, f.unit):>12} ({err:+.0%}) {best.plan.name} P={best.workers}"
         if key in sims and f.unit == "s":
             sim_err = sims[key] / f.published - 1
-            sim_matched += abs(sim_err) <= TOLERANCE
+            sim_matched += abs(sim_err) <= TOLERANCE and not f.fitted
             line += f"  sim {fmt(sims[key], 's'):>11} ({sim_err:+.0%})"
-        print(line + ("" if ok else "  MISS"))
-        if not ok:
+        print(line + ("  (fitted: not counted)" if f.fitted else "" if ok else "  MISS"))
+        if not ok and not f.fitted:
             print(f"      why: {f.miss_reason or 'the profile is published figures, not a calibration of that platform'}")
     print("\n== headline: 100 TB CloudSort on AWS today (2 GiB Lambda functions, objective cost)")
     for tier in (None, "s3-express", "elasticache"):
@@ -158,10 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         best = plan.exchanges[0].choice.best
         print(f"  {tier or 's3-standard':<12} ${plan.cost.total:,.0f} in {plan.seconds:,.0f} s ({best.plan.name}, P={best.workers:,})")
     print("  record: $97 per 100 TB (Exoshuffle on Ray, CloudSort 2022); Locus (2019): $163")
-    timed = sum(1 for f in figures if f.unit == "s")
+    timed = sum(1 for f in figures if f.unit == "s" and not f.fitted)
+    fitted = sum(f.fitted for f in figures)
     if sims:
         print(f"simulation: {sim_matched} of {timed} time figures within 20%")
-    print(f"{matched} of {len(figures)} within 20%")
+    print(f"{len(figures)} published figures; {fitted} of them were used to infer a model input and are not counted")
+    print(f"{matched} of {len(figures) - fitted} within 20%")
     return 0
 
 
