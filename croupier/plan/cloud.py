@@ -339,6 +339,14 @@ def scaled_prefixes(profile: StorageProfile, partitions: int) -> StorageProfile:
     return replace(profile, read=scale(profile.read), write=scale(profile.write))
 
 
+def store_capped(profile: StorageProfile, platform: Platform, tier: FastTier | None) -> StorageProfile:
+    """``profile`` under the object store's aggregate bandwidth, if the platform has one (IBM COS
+    as SEER measured it): the request ceilings at size s are at most that bandwidth / s, so every
+    read or write term of a stage is at least its bytes / the aggregate bandwidth. Not for a fast tier."""
+    cap = platform.storage.aggregate_bandwidth
+    return capped(profile, cap) if tier is None and cap > 0 else profile
+
+
 def steady_partitions(platform: Platform, seconds: float) -> int:
     """Partitions a prefix has after ``seconds`` of sustained throttling: the store doubles them
     every ``scale_after_seconds``, up to ``max_partitions``; half the run at the reached level
@@ -376,6 +384,7 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
     if size <= 0:
         raise ConfigError("--size must be positive, e.g. --size 100TB")
     platform, profile, tier = exchange_profile(options, size)
+    profile = store_capped(profile, platform, tier)
     choice = _choose(size, profile, options)
     if options.network and profile.name in PLATFORM_OF_PROFILE:  # a cloud platform's functions: bandwidth of the chosen P's tasks through the function's token bucket, then choose again
         for _ in range(2):
@@ -386,12 +395,12 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
         partitions = max(1, options.prefixes)
         platform = replace(platform, storage=replace(platform.storage, initial_partitions=partitions, max_partitions=partitions))
         if partitions > 1 and tier is None:
-            profile = scaled_prefixes(profile, partitions)
+            profile = store_capped(scaled_prefixes(profile, partitions), platform, tier)
             choice = _choose(size, profile, options)
     elif tier is None:
         partitions = steady_partitions(platform, choice.best.seconds)
         if partitions > 1:
-            profile = scaled_prefixes(profile, partitions)
+            profile = store_capped(scaled_prefixes(profile, partitions), platform, tier)
             choice = _choose(size, profile, options)
     billed = None
     if options.accounting == "locus":

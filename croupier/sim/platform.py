@@ -33,6 +33,7 @@ class StoreLimits:
     put_latency: float = 0.040
     backoff_base: float = 0.05
     backoff_cap: float = 2.0
+    aggregate_bandwidth: float = 0.0  # bytes/s the whole store moves at most, all functions together (0: no limit)
 
 
 @dataclass(frozen=True)
