@@ -128,10 +128,11 @@ def stage_facts(
         role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
         tasks = m if i == 0 else p
         fetched = 0 if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
-        reads = m if i == 0 else fetched
+        # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
+        reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if i == 0 else fetched
         writes = counts[i].puts if i < plan.levels else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
         write_bytes = d if writes else 0.0
-        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d, writes, write_bytes, fetched, d if fetched else 0.0))
+        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d if reads else 0.0, writes, write_bytes, fetched, d if fetched else 0.0))
     return facts
 
 

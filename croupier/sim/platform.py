@@ -265,7 +265,8 @@ def effective_bandwidth(net: Network, nbytes: float) -> float:
 
 def networked(profile: StorageProfile, platform: Platform, task_bytes: float) -> StorageProfile:
     """``profile`` whose per-worker read and write bandwidths are the platform network's average
-    for a task moving ``task_bytes`` in and out (both directions share the function's bucket)."""
+    for a task moving ``task_bytes`` in and out (both directions share the function's bucket),
+    for the whole function (the requests it keeps in flight share it)."""
     bw = effective_bandwidth(platform.network, 2 * task_bytes)
 
     def rebase(curve: Curve, old: float) -> Curve:
@@ -279,6 +280,7 @@ def networked(profile: StorageProfile, platform: Platform, task_bytes: float) ->
         write=rebase(profile.write, profile.write_bandwidth),
         read_bandwidth=bw,
         write_bandwidth=bw,
+        network_per_function=True,  # one bucket per function: its streams share it (as the simulator's transfers do)
     )
 
 
