@@ -115,8 +115,10 @@ def test_cost_objective_and_budget() -> None:
 def test_shipped_profiles_load_and_say_where_numbers_come_from() -> None:
     assert {"aws-s3", "ibm-cos", "local", "seaweedfs-loopback"} <= set(shipped_names())
     aws = StorageProfile.load("aws-s3")
-    assert "Locus Table 1" in aws.source and aws.prices.write_request == 5e-6
-    assert aws.write.ceiling[0] == 3500 and aws.read.ceiling[-1] == 1105
+    assert "Optimizing performance" in aws.source and aws.prices.write_request == 5e-6
+    assert set(aws.write.ceiling) == {3500} and set(aws.read.ceiling) == {5500}  # S3's per-prefix rates at every size
+    locus = StorageProfile.load("aws-s3-2018")
+    assert "Locus Table 1" in locus.source and locus.read.ceiling[0] == 5986 and locus.write.q(2.25e6, 1e6) == pytest.approx(3210)  # by size bucket
     assert "SEER Table 7" in StorageProfile.load("ibm-cos").prices.source
     with pytest.raises(ConfigError, match="shipped: "):
         StorageProfile.load("nope")
