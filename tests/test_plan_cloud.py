@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from croupier.cli import main
 from croupier.plan.cloud import PlanOptions, plan_sort, smooth_sizes, steady_partitions
+from croupier.model.profile import StorageProfile
 from croupier.sim.platform import Platform
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -114,3 +116,23 @@ def test_locus_accounting_is_locus_slow_storage_model() -> None:
     assert throttled.cost.function_gb_seconds == pytest.approx(4 * 4e12 / b)  # not billed while throttled
     usual = plan_sort(int(s), PlanOptions("aws-s3-2018", 2**30, p, "direct", prefixes=1))
     assert usual.seconds > plan.seconds  # Croupier's own accounting adds start-up, compute, and reads after writes
+
+
+def test_cloud_function_bandwidth_is_shared_by_its_requests_in_flight() -> None:
+    """On a cloud platform the network is a function's token bucket: 8 fetches in flight do not
+    move 8x the bytes (the simulator's transfers share it too); a calibrated profile's bandwidth is
+    per stream."""
+    from croupier.model.stage import io_term
+    from croupier.sim.platform import networked
+
+    base = StorageProfile.load("aws-s3")
+    cloud = networked(base, Platform.load("aws-lambda"), 1e9)
+    assert cloud.network_per_function and not base.network_per_function
+    per_function = io_term("read", 8e9, 8, cloud, 10, streams=8)
+    assert per_function.seconds == pytest.approx(8e9 / (cloud.read_bandwidth * 10))
+    per_stream = io_term("read", 8e9, 8, replace(cloud, network_per_function=False), 10, streams=8)
+    assert per_stream.seconds < per_function.seconds / 4  # the same bandwidth per stream: 8 streams move far more
+    storage = Platform.load("ibm-cf").storage.aggregate_bandwidth
+    assert storage > 0
+    capped = plan_sort(100 * 10**9, PlanOptions("ibm-cos", 2 << 30, 256, "2-level", prefixes=1, network=False))
+    assert capped.seconds >= 3 * 2 * 100e9 / storage  # three stages each read and write all data through COS's aggregate bandwidth
