@@ -16,9 +16,10 @@ from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.jobs import calibrate as cal
 from croupier.model.fit import fit_curve
-from croupier.model.perf import predict
+from croupier.model.perf import Prediction, cost, predict
 from croupier.model.profile import Curve, Prices, StorageProfile, shipped_names
 from croupier.model.selector import choose, search_range
+from croupier.model.stage import StagePrediction, Term
 
 
 def toy_profile(**changes: object) -> StorageProfile:
@@ -68,10 +69,23 @@ def test_cost_follows_eq_4() -> None:
     profile = toy_profile()
     pred = predict(ExchangePlan.direct(10), 10**8, profile)
     prices = profile.prices
-    functions = (prices.function_gb_second * pred.seconds * 2 + prices.invocation) * 10 * 2
+    # each stage's 10 functions (2 GiB) for that stage's time, and one invocation per task
+    functions = sum(prices.function_gb_second * s.seconds * 2 * 10 for s in pred.stages) + prices.invocation * 10 * 2
     requests = prices.read_request * 110 + prices.write_request * 110
     storage = prices.storage_gb_second * pred.seconds * 0.1
     assert pred.cost == pytest.approx(functions + requests + storage)
+
+
+def test_cost_bills_each_stage_once_for_its_own_time() -> None:
+    """A 3-stage plan with hand-set stage times: 2 + 5 + 3 s; P = 9 functions of 1 GiB, 4 at
+    once: each stage bills 4 running functions for its time (not P for the whole plan, per stage)."""
+    profile = toy_profile(function_memory=1 << 30, concurrency=4, prices=Prices(1e-3, 1e-4, 0.0, 0.0, 0.0, "test"))
+    plan = ExchangePlan(Topology((3, 3)))
+    stages = tuple(StagePrediction(n, (Term("write bandwidth", t),)) for n, t in (("map", 2.0), ("level-2", 5.0), ("reduce", 3.0)))
+    pred = Prediction(plan, 10**6, stages, {})
+    assert cost(pred, profile) == pytest.approx(1e-3 * 4 * (2 + 5 + 3) + 1e-4 * 27)
+    assert cost(Prediction(plan, 10**6, stages[1:], {}), profile) == pytest.approx(1e-3 * 4 * 8 + 1e-4 * 18)  # producers left out
+    assert cost(pred, profile, concurrency=100) == pytest.approx(1e-3 * 9 * 10 + 1e-4 * 27)
 
 
 def test_selector_searches_from_the_memory_bound_and_can_fix_p() -> None:
@@ -118,8 +132,10 @@ def test_cost_objective_and_budget() -> None:
 def test_shipped_profiles_load_and_say_where_numbers_come_from() -> None:
     assert {"aws-s3", "ibm-cos", "local", "seaweedfs-loopback"} <= set(shipped_names())
     aws = StorageProfile.load("aws-s3")
-    assert "Locus Table 1" in aws.source and aws.prices.write_request == 5e-6
-    assert aws.write.ceiling[0] == 3500 and aws.read.ceiling[-1] == 1105
+    assert "Optimizing performance" in aws.source and aws.prices.write_request == 5e-6
+    assert set(aws.write.ceiling) == {3500} and set(aws.read.ceiling) == {5500}  # S3's per-prefix rates at every size
+    locus = StorageProfile.load("aws-s3-2018")
+    assert "Locus Table 1" in locus.source and locus.read.ceiling[0] == 5986 and locus.write.q(2.25e6, 1e6) == pytest.approx(3210)  # by size bucket
     assert "SEER Table 7" in StorageProfile.load("ibm-cos").prices.source
     with pytest.raises(ConfigError, match="shipped: "):
         StorageProfile.load("nope")

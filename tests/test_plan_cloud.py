@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from croupier.cli import main
 from croupier.plan.cloud import PlanOptions, plan_sort, smooth_sizes, steady_partitions
+from croupier.model.profile import StorageProfile
 from croupier.sim.platform import Platform
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -87,3 +89,50 @@ def test_query_plan_sizes_exchanges_from_the_tables() -> None:
     assert data["seconds"] > 0 and data["cost"]["total"] > 0
     bad = CliRunner().invoke(main, ["plan", "--query", "select 1 from t", "--table", "t=5GB"])
     assert bad.exit_code != 0 and "only TPC-H tables" in bad.output
+
+
+def test_network_by_memory_interpolates_and_resolves_per_platform() -> None:
+    platform = Platform.load("aws-lambda-2018")
+    net = platform.network
+    assert net.at_memory(2**30).sustained_bytes_per_second == pytest.approx(40.0e6)
+    assert net.at_memory(0.75 * 2**30).sustained_bytes_per_second == pytest.approx((22.2e6 + 40.0e6) / 2)  # linear between points
+    assert net.at_memory(128 << 20).sustained_bytes_per_second == pytest.approx(13.9e6)  # flat beyond the table
+    resolved = platform.at_memory(2**30).network
+    assert resolved.burst_bytes == 0 and resolved.by_memory == ()
+    assert Platform.load("aws-lambda").at_memory(2**30).network == Platform.load("aws-lambda").network  # no table: unchanged
+
+
+def test_locus_accounting_is_locus_slow_storage_model() -> None:
+    """Locus §3.3 by hand: 200 GB on 1 GiB workers, P = 200, b = 40 MB/s, one bucket at 3,210 req/s
+    (5 MB objects fall in Table 1's 1 MB bucket): T = 2 max(P^2 / q, S / (b P)) = 2 x 25 s; billed
+    4 S w / b GB-s (four transfers of every byte at b)."""
+    s, p, b = 200e9, 200, 40e6
+    plan = plan_sort(int(s), PlanOptions("aws-s3-2018", 2**30, p, "direct", prefixes=1, accounting="locus"))
+    assert plan.seconds == pytest.approx(2 * max(p * p / 3210, s / (b * p)))
+    assert plan.cost.function_gb_seconds == pytest.approx(4 * s / b * 1.0)
+    assert any("Locus' accounting" in n for n in plan.notes)
+    throttled = plan_sort(int(4e12), PlanOptions("aws-s3-2018", 2**30, 4000, "direct", prefixes=1, accounting="locus"))
+    assert throttled.seconds == pytest.approx(2 * 4000**2 / 4400)  # 250 KB objects: the 100 KB bucket's rate; request-bound
+    assert throttled.cost.function_gb_seconds == pytest.approx(4 * 4e12 / b)  # not billed while throttled
+    usual = plan_sort(int(s), PlanOptions("aws-s3-2018", 2**30, p, "direct", prefixes=1))
+    assert usual.seconds > plan.seconds  # Croupier's own accounting adds start-up, compute, and reads after writes
+
+
+def test_cloud_function_bandwidth_is_shared_by_its_requests_in_flight() -> None:
+    """On a cloud platform the network is a function's token bucket: 8 fetches in flight do not
+    move 8x the bytes (the simulator's transfers share it too); a calibrated profile's bandwidth is
+    per stream."""
+    from croupier.model.stage import io_term
+    from croupier.sim.platform import networked
+
+    base = StorageProfile.load("aws-s3")
+    cloud = networked(base, Platform.load("aws-lambda"), 1e9)
+    assert cloud.network_per_function and not base.network_per_function
+    per_function = io_term("read", 8e9, 8, cloud, 10, streams=8)
+    assert per_function.seconds == pytest.approx(8e9 / (cloud.read_bandwidth * 10))
+    per_stream = io_term("read", 8e9, 8, replace(cloud, network_per_function=False), 10, streams=8)
+    assert per_stream.seconds < per_function.seconds / 4  # the same bandwidth per stream: 8 streams move far more
+    storage = Platform.load("ibm-cf").storage.aggregate_bandwidth
+    assert storage > 0
+    capped = plan_sort(100 * 10**9, PlanOptions("ibm-cos", 2 << 30, 256, "2-level", prefixes=1, network=False))
+    assert capped.seconds >= 3 * 2 * 100e9 / storage  # three stages each read and write all data through COS's aggregate bandwidth

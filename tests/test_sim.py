@@ -154,3 +154,14 @@ def test_fast_tier_link_caps_bandwidth() -> None:
     assert store.link(0.0, 1e6) == pytest.approx(1.0)
     assert store.link(0.0, 1e6) == pytest.approx(2.0)  # the second transfer waits for the link
     assert Store("s3", StoreLimits()).link(5.0, 1e9) == 5.0  # no cap: no wait
+
+
+def test_store_aggregate_bandwidth_is_shared_by_all_functions() -> None:
+    # 4 functions each read 1 MB at 1 MB/s of their own network, through a store that moves 2 MB/s in all:
+    # 4 MB take 2 s on the store's link (not 1 s); the driver invokes them at 0.1 .. 0.4 s
+    task = TaskIO((Batch("a", 1, 1e6),), "store", 1, 0.0, (), "store")
+    limits = StoreLimits(put_rate=1e9, get_rate=1e9, get_latency=0.0, put_latency=0.0, aggregate_bandwidth=2e6)
+    result = Simulation(quiet_platform(storage=limits), settings=SimSettings(speculation=False)).run([StageSpec("s", (task,) * 4)])
+    assert result.seconds == pytest.approx(0.1 + 2.0)
+    free = Simulation(quiet_platform(), settings=SimSettings(speculation=False)).run([StageSpec("s", (task,) * 4)])
+    assert free.seconds == pytest.approx(0.4 + 1.0)

@@ -11,7 +11,8 @@ output as whole objects of D/P. The phase kinds of each role are the stages' own
 default, the consumer stage's operators for a query exchange (the binder passes them). Every term
 is kept, named, so a prediction can say which dominates and why, and with the profile's
 uncertainties each prediction has a 90% range. Cost (SEER Eq. 4, reads and writes priced apart):
-functions (GB-s and invocations) + read and write requests + storage GB-s.
+functions (each stage's running functions for that stage's time, in GB-s, and one invocation per
+task) + read and write requests + storage GB-s.
 """
 
 from __future__ import annotations
@@ -98,6 +99,23 @@ def predict(
     (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
     stage is left out — no plan can change it.
     """
+    facts = stage_facts(plan, data_bytes, producers_done, phases)
+    stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
+    requests = plan.predicted_requests()
+    requests = {"PUT": requests["PUT"] + plan.workers, "GET": requests["GET"] + plan.producers, "GET_RANGE": requests["GET_RANGE"]}
+    prediction = Prediction(plan, data_bytes, stages, requests)
+    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile, concurrency))
+
+
+def stage_facts(
+    plan: ExchangePlan,
+    data_bytes: int,
+    producers_done: bool = False,
+    phases: dict[str, tuple[str, ...]] | None = None,
+) -> list[StageFacts]:
+    """What each stage of ``plan`` does on ``data_bytes`` (tasks, bytes per phase kind, reads and
+    writes with their bytes, exchange fetches), in the order :func:`predict` predicts them; other
+    accountings of the same stages (:mod:`croupier.plan.cloud`) start from these facts too."""
     kinds = {**SORT_PHASES, **(phases or {})}
     p, m = plan.workers, plan.producers
     d = float(data_bytes)
@@ -110,24 +128,33 @@ def predict(
         role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
         tasks = m if i == 0 else p
         fetched = 0 if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
-        reads = m if i == 0 else fetched
+        # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
+        reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if i == 0 else fetched
         writes = counts[i].puts if i < plan.levels else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
         write_bytes = d if writes else 0.0
-        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d, writes, write_bytes, fetched, d if fetched else 0.0))
-    stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
-    requests = plan.predicted_requests()
-    requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + m, "GET_RANGE": requests["GET_RANGE"]}
-    prediction = Prediction(plan, data_bytes, stages, requests)
-    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile))
+        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d if reads else 0.0, writes, write_bytes, fetched, d if fetched else 0.0))
+    return facts
 
 
-def cost(prediction: Prediction, profile: StorageProfile) -> float:
-    """SEER Eq. 4 with reads and writes priced apart, in USD."""
+def stage_tasks(prediction: Prediction) -> list[int]:
+    """Tasks of each predicted stage: M producers, then P per level (the producers' stage is
+    absent when the prediction left it out)."""
+    plan = prediction.plan
+    tasks = [plan.producers] + [plan.workers] * plan.levels
+    return tasks[len(tasks) - len(prediction.stages) :]
+
+
+def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | None = None) -> float:
+    """SEER Eq. 4 with reads and writes priced apart, in USD: each stage bills its running
+    functions (its tasks, at most ``concurrency`` at once) for that stage's time, and one
+    invocation per task; plus read and write requests and the intermediate data's storage."""
     prices = profile.prices
-    p, seconds = prediction.workers, prediction.seconds
     gb = profile.function_memory / 2**30
-    functions = (prices.function_gb_second * seconds * gb + prices.invocation) * p * len(prediction.stages)
+    c = max(1, concurrency or profile.concurrency)
+    tasks = stage_tasks(prediction)
+    gb_seconds = sum(min(t, c) * s.seconds * gb for t, s in zip(tasks, prediction.stages))
+    functions = prices.function_gb_second * gb_seconds + prices.invocation * sum(tasks)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))
     writes = prices.write_request * prediction.requests.get("PUT", 0)
     stored_gb = prediction.data_bytes * prediction.plan.levels / 1e9
-    return functions + reads + writes + prices.storage_gb_second * seconds * stored_gb
+    return functions + reads + writes + prices.storage_gb_second * prediction.seconds * stored_gb

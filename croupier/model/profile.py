@@ -107,6 +107,9 @@ class StorageProfile:
     machine: str = ""  # the machine it was calibrated on ("" for published figures)
     store: str = ""  # the store key it was calibrated on (see croupier.model.cache.store_key)
     max_streams: int = 0  # most requests in flight the grid measured (0: unknown); beyond it q is extrapolated
+    #: the bandwidths are a function's whole network (a cloud function's token bucket, shared by its
+    #: streams); False: per stream, as a grid calibrates them (a task's fetches in flight add up)
+    network_per_function: bool = False
     version: int = PROFILE_VERSION
 
     @property

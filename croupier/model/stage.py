@@ -124,7 +124,7 @@ def io_term(kind: str, data: float, requests: int, profile: StorageProfile, c: i
     curve, bw = (profile.read, profile.read_bandwidth) if kind == "read" else (profile.write, profile.write_bandwidth)
     size = data / requests if requests else 0.0
     flight = c * max(1.0, streams)
-    bandwidth = data / (bw * flight) if data else 0.0
+    bandwidth = data / (bw * (c if profile.network_per_function else flight)) if data else 0.0
     q = curve.q(size, flight)
     throughput = requests / q if requests else 0.0
     sources = ((f"{kind}_scale", max(bandwidth, throughput)),)
@@ -133,7 +133,8 @@ def io_term(kind: str, data: float, requests: int, profile: StorageProfile, c: i
     if throughput >= bandwidth:
         rate = f"{q:,.0f}" if q >= 10 else f"{q:.3g}"  # never "0 req/s" for a slow store
         return Term(f"{kind} throughput", throughput, f"{requests:,} {kind}s of {size / 1e6:.3g} MB at {rate} req/s with {flight:g} in flight", sources)
-    return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s per stream x {flight:g}", sources)
+    per = f"per function x {c:g}" if profile.network_per_function else f"per stream x {flight:g}"
+    return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s {per}", sources)
 
 
 def _extrapolated(sizes: tuple[float, ...], size: float, flight: float, max_streams: int) -> bool:

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croupier.errors import ConfigError
-from croupier.model.perf import Prediction
+from croupier.model.perf import Prediction, stage_facts
+from croupier.model.perf import cost as selector_cost
 from croupier.model.profile import Prices, StorageProfile
 from croupier.model.selector import MEMORY_SHARE, Choice, choose, robust
-from croupier.model.stage import StagePrediction
+from croupier.model.stage import StagePrediction, Term, io_term
 from croupier.sim.platform import PLATFORM_OF_PROFILE, FastTier, Platform, capped, networked, platform_for, priced
 from croupier.units import format_bytes
 
@@ -49,6 +50,7 @@ class PlanOptions:
     exchange_only: bool = False  # an exchange in isolation (Lambada Table 3): no input read, no sort, no output write
     prefixes: int | None = None  # partitioned prefixes of the object store (None: as the store scales up over the run)
     network: bool = True  # per-worker bandwidths from the platform's function network (False: the profile's own)
+    accounting: str = "croupier"  # "locus": time and bill the chosen plan as Locus' projection does (see locus_accounting)
 
     def phases(self) -> dict[str, tuple[str, ...]] | None:
         """Phase kinds of the stages for the models (None: TeraSort's)."""
@@ -240,6 +242,7 @@ def exchange_profile(options: PlanOptions, data_bytes: int) -> tuple[Platform, S
     base = StorageProfile.load(options.profile)
     platform = platform_for(base)
     profile = priced(base, platform, options.memory)
+    platform = platform.at_memory(profile.function_memory)  # a network that depends on function memory (Lambda 2018)
     if not options.fast_tier:
         return platform, profile, None
     tier = platform.tier(options.fast_tier)
@@ -254,15 +257,19 @@ def stored_bytes(data_bytes: int, levels: int) -> float:
     return float(data_bytes) * min(levels, 2)
 
 
-def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Prices, tier: FastTier | None, output_writes: bool = True) -> Cost:
+def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Prices, tier: FastTier | None, output_writes: bool = True, function_seconds: float | None = None) -> Cost:
     """What the platform bills for ``prediction``: every stage's running functions (at most the
     concurrency) for that stage's time, one invocation per task, requests (exchange requests at
     the tier's prices if any, input reads and output writes at the object store's), and the
-    intermediate data: object-store storage, or the fast tier's capacity and transfer."""
+    intermediate data: object-store storage, or the fast tier's capacity and transfer.
+    ``function_seconds``: bill that many function-seconds instead (another accounting's)."""
     plan = prediction.plan
     gb = profile.function_memory / 2**30
     tasks = [plan.producers] + [plan.workers] * plan.levels
-    gb_s = sum(min(t, profile.concurrency) * s.seconds * gb for t, s in zip(tasks, prediction.stages[-len(tasks):]))
+    if function_seconds is None:
+        gb_s = sum(min(t, profile.concurrency) * s.seconds * gb for t, s in zip(tasks, prediction.stages[-len(tasks):]))
+    else:
+        gb_s = function_seconds * gb
     exchange = plan.predicted_requests()
     reads_price = tier.read_request if tier else prices.read_request
     writes_price = tier.write_request if tier else prices.write_request
@@ -332,6 +339,14 @@ def scaled_prefixes(profile: StorageProfile, partitions: int) -> StorageProfile:
     return replace(profile, read=scale(profile.read), write=scale(profile.write))
 
 
+def store_capped(profile: StorageProfile, platform: Platform, tier: FastTier | None) -> StorageProfile:
+    """``profile`` under the object store's aggregate bandwidth, if the platform has one (IBM COS
+    as SEER measured it): the request ceilings at size s are at most that bandwidth / s, so every
+    read or write term of a stage is at least its bytes / the aggregate bandwidth. Not for a fast tier."""
+    cap = platform.storage.aggregate_bandwidth
+    return capped(profile, cap) if tier is None and cap > 0 else profile
+
+
 def steady_partitions(platform: Platform, seconds: float) -> int:
     """Partitions a prefix has after ``seconds`` of sustained throttling: the store doubles them
     every ``scale_after_seconds``, up to ``max_partitions``; half the run at the reached level
@@ -369,6 +384,7 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
     if size <= 0:
         raise ConfigError("--size must be positive, e.g. --size 100TB")
     platform, profile, tier = exchange_profile(options, size)
+    profile = store_capped(profile, platform, tier)
     choice = _choose(size, profile, options)
     if options.network and profile.name in PLATFORM_OF_PROFILE:  # a cloud platform's functions: bandwidth of the chosen P's tasks through the function's token bucket, then choose again
         for _ in range(2):
@@ -379,17 +395,25 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
         partitions = max(1, options.prefixes)
         platform = replace(platform, storage=replace(platform.storage, initial_partitions=partitions, max_partitions=partitions))
         if partitions > 1 and tier is None:
-            profile = scaled_prefixes(profile, partitions)
+            profile = store_capped(scaled_prefixes(profile, partitions), platform, tier)
             choice = _choose(size, profile, options)
     elif tier is None:
         partitions = steady_partitions(platform, choice.best.seconds)
         if partitions > 1:
-            profile = scaled_prefixes(profile, partitions)
+            profile = store_capped(scaled_prefixes(profile, partitions), platform, tier)
             choice = _choose(size, profile, options)
+    billed = None
+    if options.accounting == "locus":
+        best, billed = locus_accounting(choice.best, profile, options.phases())
+        choice = replace(choice, best=best, point=None)
+    elif options.accounting != "croupier":
+        raise ConfigError(f"accounting must be 'croupier' or 'locus', got {options.accounting!r}")
     best = choice.best
     names = ("map",) + tuple(f"level {i + 1}" for i in range(1, best.plan.levels)) + ("reduce",)
-    cost = exchange_cost(best, profile, platform.prices, tier, output_writes=not options.exchange_only)
+    cost = exchange_cost(best, profile, platform.prices, tier, output_writes=not options.exchange_only, function_seconds=billed)
     notes = _notes(profile, tier, options, size)
+    if billed is not None:
+        notes.append(LOCUS_ACCOUNTING)
     if partitions > 1 and options.prefixes is not None:
         notes.append(f"{partitions} partitioned prefixes from the start (request ceilings {partitions}x one prefix's)")
     elif partitions > 1:
@@ -397,6 +421,38 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
     exchange = PlannedExchange("sort", size, "given", choice, cost, names)
     what = "exchange" if options.exchange_only else "sort"
     return CloudPlan(f"{what} of {size / 1e12:g} TB" if size >= 1e12 else f"{what} of {size / 1e9:g} GB", platform, profile, options, (exchange,), tuple(notes))
+
+
+#: What :func:`locus_accounting` assumes, as plans and bench/papers.py print it.
+LOCUS_ACCOUNTING = (
+    "Locus' accounting (Locus §3.3, inferred where Table 4 needs it): all of a stage's functions run at once; a stage reads and writes "
+    "at once (input reads pipelined with exchange writes, exchange reads with output writes), so it takes the longer of its read and "
+    "write terms; no start-up or compute; functions are billed for their transfers at their bandwidth only, never while throttled"
+)
+
+
+def locus_accounting(prediction: Prediction, profile: StorageProfile, phases: dict[str, tuple[str, ...]] | None = None) -> tuple[Prediction, float]:
+    """``prediction``'s plan timed and billed as Locus' projection (Table 4) does, from Croupier's
+    own model terms (:func:`croupier.model.stage.io_term` on the plan's stage facts): each stage
+    runs all its tasks at once and takes max(read term, write term) (each the larger of its
+    bandwidth and request-throughput parts, at the profile's multipliers); the functions are billed
+    for the bandwidth parts only (every byte moved at the per-worker bandwidth, no wait on
+    throttled requests). Returns the re-timed prediction and the function-seconds to bill."""
+    stages, billed = [], 0.0
+    for facts in stage_facts(prediction.plan, prediction.data_bytes, phases=phases):
+        c = max(1, facts.tasks)
+        read = io_term("read", facts.read_bytes, facts.reads, profile, c)
+        write = io_term("write", facts.write_bytes, facts.writes, profile, c)
+        read = replace(read, seconds=read.seconds * profile.read_scale)
+        write = replace(write, seconds=write.seconds * profile.write_scale)
+        main = max(read, write, key=lambda t: t.seconds)
+        other = write if main is read else read
+        why = f"{main.why}; pipelined with the {other.name} ({other.seconds:,.1f} s)"
+        stages.append(StagePrediction(facts.name, (Term(main.name, main.seconds, why, main.sources),)))
+        billed += io_term("read", facts.read_bytes, 0, profile, 1).seconds * profile.read_scale
+        billed += io_term("write", facts.write_bytes, 0, profile, 1).seconds * profile.write_scale
+    timed = Prediction(prediction.plan, prediction.data_bytes, tuple(stages), prediction.requests)
+    return replace(timed, cost=selector_cost(timed, profile, concurrency=max(prediction.plan.workers, prediction.plan.producers))), billed
 
 
 def _notes(profile: StorageProfile, tier: FastTier | None, options: PlanOptions, size: int) -> list[str]:

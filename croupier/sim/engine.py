@@ -353,7 +353,7 @@ class Simulation:
         self.rng = random.Random(seed)
         self.concurrency = concurrency or platform.concurrency
         self.settings = settings
-        self.stores = {"store": Store("store", platform.storage)}
+        self.stores = {"store": Store("store", platform.storage, platform.storage.aggregate_bandwidth)}
         if fast_limits is not None or fast_cap:
             self.stores["fast"] = Store("fast", fast_limits or platform.storage, fast_cap)
         self.sched = Scheduler()

@@ -33,15 +33,36 @@ class StoreLimits:
     put_latency: float = 0.040
     backoff_base: float = 0.05
     backoff_cap: float = 2.0
+    aggregate_bandwidth: float = 0.0  # bytes/s the whole store moves at most, all functions together (0: no limit)
 
 
 @dataclass(frozen=True)
 class Network:
-    """A function's network as a token bucket: ``burst_bytes`` at the burst rate, then sustained."""
+    """A function's network as a token bucket: ``burst_bytes`` at the burst rate, then sustained.
+
+    ``by_memory``: (function memory in bytes, bytes/s) points where a function's bandwidth
+    depends on its memory (Lambda in 2018, Locus Fig. 2); :meth:`at_memory` reads it (linear
+    between points, flat beyond them) as a bucket without burst. Empty: the same for every size.
+    """
 
     burst_bytes_per_second: float = 1.2 * 2**30
     burst_bytes: float = 300 * 2**20
     sustained_bytes_per_second: float = 75 * 2**20
+    by_memory: tuple[tuple[float, float], ...] = ()
+
+    def at_memory(self, memory: float) -> Network:
+        """The network of a function of ``memory`` bytes (itself when bandwidth does not depend on memory)."""
+        if not self.by_memory:
+            return self
+        points = sorted(self.by_memory)
+        if memory <= points[0][0]:
+            rate = points[0][1]
+        elif memory >= points[-1][0]:
+            rate = points[-1][1]
+        else:
+            (m0, r0), (m1, r1) = next((a, b) for a, b in zip(points, points[1:]) if a[0] <= memory <= b[0])
+            rate = r0 + (r1 - r0) * (memory - m0) / (m1 - m0)
+        return Network(rate, 0.0, rate)
 
 
 @dataclass(frozen=True)
@@ -130,7 +151,7 @@ class Platform:
             source=data.get("source", ""),
             prices=Prices(**data["prices"]),
             storage=StoreLimits(**data.get("storage", {})),
-            network=Network(**data.get("network", {})),
+            network=_network(data.get("network", {})),
             invocation=Invocation(**data.get("invocation", {})),
             stragglers=Stragglers(**data.get("stragglers", {})),
             speculation=Speculation(**data.get("speculation", {})),
@@ -154,12 +175,23 @@ class Platform:
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"platform {name_or_path}: not a valid Croupier platform file ({exc})") from exc
 
+    def at_memory(self, memory: float) -> Platform:
+        """This platform for functions of ``memory`` bytes (their network, see :meth:`Network.at_memory`)."""
+        return replace(self, network=self.network.at_memory(memory))
+
     def tier(self, name: str) -> FastTier:
         """The fast tier ``name``, or a clear error listing the platform's tiers."""
         if name not in self.fast_tiers:
             have = ", ".join(sorted(self.fast_tiers)) or "none"
             raise ConfigError(f"platform {self.name} has no fast tier {name!r}; it has: {have}")
         return self.fast_tiers[name]
+
+
+def _network(data: dict[str, Any]) -> Network:
+    """A :class:`Network` from JSON (``by_memory``: [[memory bytes, bytes/s], ...])."""
+    data = dict(data)
+    data["by_memory"] = tuple((float(m), float(r)) for m, r in data.get("by_memory", ()))
+    return Network(**data)
 
 
 def platform_names() -> list[str]:
@@ -169,7 +201,7 @@ def platform_names() -> list[str]:
 
 
 #: Which shipped platform goes with a shipped storage profile.
-PLATFORM_OF_PROFILE = {"aws-s3": "aws-lambda", "ibm-cos": "ibm-cf", "aws-s3-express": "aws-lambda", "aws-elasticache": "aws-lambda"}
+PLATFORM_OF_PROFILE = {"aws-s3": "aws-lambda", "aws-s3-2018": "aws-lambda-2018", "ibm-cos": "ibm-cf", "aws-s3-express": "aws-lambda", "aws-elasticache": "aws-lambda"}
 
 
 def platform_for(profile: StorageProfile) -> Platform:
@@ -233,7 +265,8 @@ def effective_bandwidth(net: Network, nbytes: float) -> float:
 
 def networked(profile: StorageProfile, platform: Platform, task_bytes: float) -> StorageProfile:
     """``profile`` whose per-worker read and write bandwidths are the platform network's average
-    for a task moving ``task_bytes`` in and out (both directions share the function's bucket)."""
+    for a task moving ``task_bytes`` in and out (both directions share the function's bucket),
+    for the whole function (the requests it keeps in flight share it)."""
     bw = effective_bandwidth(platform.network, 2 * task_bytes)
 
     def rebase(curve: Curve, old: float) -> Curve:
@@ -247,6 +280,7 @@ def networked(profile: StorageProfile, platform: Platform, task_bytes: float) ->
         write=rebase(profile.write, profile.write_bandwidth),
         read_bandwidth=bw,
         write_bandwidth=bw,
+        network_per_function=True,  # one bucket per function: its streams share it (as the simulator's transfers do)
     )
 
 
