@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 import croupier
 from croupier.config import Config
@@ -74,3 +75,63 @@ profiles.LEARNER.add({folder!r}, {key!r}, entry, entry.history[:1])  # queued fo
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     last = ProfileCache(folder).load(*key)
     assert last is not None and last.profile.revision == 4 and len(last.history) == 2 * len(observations) + 2
+
+
+def _requests(io: object, kind: str) -> int:
+    stats = getattr(io, "kinds").get(kind)
+    return stats.requests if stats is not None else 0
+
+
+def _two_files(tmp_path: Path) -> tuple[str, pl.DataFrame]:
+    """A small file and a larger one: a filter over them runs one final task per file."""
+    folder = tmp_path / "two"
+    folder.mkdir(exist_ok=True)
+    small = pl.DataFrame({"k": list(range(10)), "s": ["x" * 20] * 10})
+    large = pl.DataFrame({"k": list(range(10, 20_010)), "s": ["y" * 20] * 20_000})
+    small.write_parquet(folder / "a.parquet")
+    large.write_parquet(folder / "b.parquet")
+    return str(folder / "*.parquet"), pl.concat([small, large]).filter(pl.col("k") % 3 != 1)
+
+
+def _reads(io: object) -> int:
+    return _requests(io, "GET") + _requests(io, "GET_RANGE")
+
+
+def test_a_small_collected_result_comes_back_inline_without_touching_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from croupier.dag import runner
+
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    frame = _frame(tmp_path, config)
+    expected = pl.read_parquet(tmp_path / "t.parquet").group_by("k").agg(pl.col("v").sum()).sort("k")
+    seen = {}
+    for limit in (0, runner.INLINE_RESULT_BYTES):  # through storage as before; inline
+        monkeypatch.setattr(runner, "INLINE_RESULT_BYTES", limit)
+        assert frame.collect().equals(expected)
+        report = frame.last_run.report  # type: ignore[union-attr]
+        final = [s for s in report.stages if s.name != "driver"][-1]
+        assert final.name.endswith("final") and final.tasks == 1
+        seen[limit] = (_requests(final.io, "PUT"), _reads(report.stage("driver").io), bool(final.phases.get("write:result")))
+    assert seen[0][0] == 1 and not seen[0][2], "without inline results the final task writes its object"
+    inline = seen[runner.INLINE_RESULT_BYTES]
+    assert inline[0] == 0 and inline[2], "the final task wrote nothing: it returned its rows"
+    assert inline[1] == seen[0][1] - 1, "the driver read nothing back"
+
+
+def test_results_over_the_inline_limit_go_through_storage_in_task_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from croupier.dag import runner
+
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    url, expected = _two_files(tmp_path)
+    query = croupier.scan_parquet(url, config=config).filter(croupier.col("k") % 3 != 1)
+    reads = {}
+    for limit, inline in ((0, 0), (2 * 4096, 1), (runner.INLINE_RESULT_BYTES, 2)):  # none inline; the small task's; both
+        monkeypatch.setattr(runner, "INLINE_RESULT_BYTES", limit)
+        got = query.collect()
+        assert got.equals(expected), f"limit {limit}: the same rows in the same order, inline or not"
+        report = query.last_run.report  # type: ignore[union-attr]
+        final = [s for s in report.stages if s.name != "driver"][-1]
+        assert final.tasks == 2
+        assert int(final.phases.get("write:result", [0, 0, 0, 0])[3]) == inline, f"limit {limit}"
+        assert _requests(final.io, "PUT") == 2 - inline
+        reads[inline] = _reads(report.stage("driver").io)
+    assert reads[0] - reads[2] == 2 and reads[0] - reads[1] == 1, "the driver reads back exactly the objects written"
