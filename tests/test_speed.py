@@ -135,3 +135,21 @@ def test_results_over_the_inline_limit_go_through_storage_in_task_order(tmp_path
         assert _requests(final.io, "PUT") == 2 - inline
         reads[inline] = _reads(report.stage("driver").io)
     assert reads[0] - reads[2] == 2 and reads[0] - reads[1] == 1, "the driver reads back exactly the objects written"
+
+
+def test_a_table_scanned_twice_in_a_run_is_listed_and_its_footers_read_once(tmp_path: Path) -> None:
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    folder = tmp_path / "tbl"
+    folder.mkdir()
+    for i in range(3):
+        pl.DataFrame({"k": list(range(i * 10, i * 10 + 10)), "a": [float(i)] * 10, "b": ["x"] * 10}).write_parquet(folder / f"p{i}.parquet")
+    url = str(folder / "*.parquet")
+    once = croupier.scan_parquet(url, config=config).select("k", "a")
+    twice = once.join(croupier.scan_parquet(url, config=config).select("k", "b"), on="k").sort("k")
+    expected = pl.read_parquet(url).select("k", "a", "b").sort("k")
+    assert once.collect().sort("k").equals(expected.select("k", "a"))
+    assert twice.collect().equals(expected)
+    reports = [f.last_run.report.stage("driver").io for f in (once, twice)]  # type: ignore[union-attr]
+    assert _requests(reports[0], "LIST") >= 1 and _reads(reports[0]) >= 3, "the driver lists the table and reads each footer"
+    assert [_requests(io, "LIST") for io in reports] == [_requests(reports[0], "LIST")] * 2, "listed once per run"
+    assert _reads(reports[1]) == _reads(reports[0]), "each footer read once per run"

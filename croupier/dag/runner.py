@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import polars as pl
 
-from croupier.compute.base import Task
+from croupier.compute.base import MAX_RESULT_BYTES, Task
 from croupier.dag.batcher import Batcher
 from croupier.dag.binding import Binder, Decision
 from croupier.dag.exchanges import Exchanges
@@ -52,8 +52,9 @@ SPLITS_PER_FUNCTION = 4
 MIN_SPLIT = 1 << 20
 MAX_SPLIT = 128 << 20
 #: A collected result up to this size (Polars' estimate, shared evenly by the final stage's tasks)
-#: comes back in the tasks' replies: for small results a storage round trip costs more than the pipe.
-INLINE_RESULT_BYTES = 8 << 20
+#: comes back in the tasks' replies: for small results a storage round trip costs more than the
+#: pipe. Well under a reply's limit (the estimate is not the pickled size).
+INLINE_RESULT_BYTES = MAX_RESULT_BYTES // 4
 
 
 class DagRunner:
