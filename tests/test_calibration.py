@@ -11,6 +11,7 @@ import pytest
 
 from croupier.config import Config
 from croupier.dag import calibration
+from croupier.dag.profiles import wait_learning
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
@@ -36,6 +37,7 @@ def test_first_run_calibrates_once_caches_and_every_run_refines(tmp_path: Path, 
 
     first = gensort(inp, 200_000, parts=2, config=config)
     assert len(_calibrating(caplog)) == 1, "the first job on the store calibrates it, saying so once"
+    assert wait_learning(60), "the run's refit is written off the run's path"
     entry = cache.load(*key)
     assert entry is not None and entry.calibration and entry.profile.machine == key[0]
     assert first.summary["profile"] == f"{key[1]}@r0"  # predicted by the fresh calibration
@@ -54,6 +56,7 @@ def test_first_run_calibrates_once_caches_and_every_run_refines(tmp_path: Path, 
     assert _calibrating(caplog) == []
     assert report.summary["profile"] == f"{key[1]}@r1"
     assert report.stage("reduce").predicted["profile"] == f"{key[1]}@r1"
+    assert wait_learning(60)
     after = cache.load(*key)
     assert after is not None and after.profile.revision == 2 and len(after.history) > 1
     assert after.profile.compute["records_sort"] < 10 * truth, "the run's measured sort pulled the wrong cost back"

@@ -31,6 +31,7 @@ class StageOutput:
     samples: list[Any] = field(default_factory=list)
     files: list[tuple[str, int, int]] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
+    inline: dict[int, pl.DataFrame] = field(default_factory=dict)  # task index -> rows it returned instead of writing
     scan: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)

@@ -7,7 +7,8 @@
                         ├─ calibration "off" ──> the shipped profile of the store kind
                         ├─ cached for (machine, store, concurrency) ──> the cached profile
                         └─ none cached ──> calibrate here, now (local executor; about 10 s, once), cache it
-    run ends ──> a cached profile refits to the run's measured stages (revision + 1)
+    run ends ──> a cached profile refits to the run's measured stages (revision + 1), off the
+                 run's critical path: on the process's learner thread (see :class:`Learner`)
 
 Self-calibration runs the standard workload of :mod:`croupier.dag.calibration` on the run's own
 executor, under the run's temporary prefix (deleted right after), and says so in one line on the
@@ -17,18 +18,24 @@ calibrate on their own: that would spend the user's money; they use a cached or 
 
 from __future__ import annotations
 
+import atexit
 import logging
-from dataclasses import replace
+import math
+import threading
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croupier.dag.run import Run
 from croupier.errors import CroupierError
 from croupier.model.cache import Entry, ProfileCache, learn, machine_id, store_key
-from croupier.model.fit import observations_from_report
+from croupier.model.fit import Observation, observations_from_report
 from croupier.model.profile import StorageProfile, profile_for
 from croupier.storage.location import parse_location
 
 LOG = logging.getLogger("croupier")
+#: Seconds between two refits of the cached profiles (runs finishing in between are refitted together).
+LEARN_INTERVAL = 5.0
 
 
 class RunProfile:
@@ -83,18 +90,101 @@ class RunProfile:
         cache.save(entry, *self.key)
         return entry
 
-    def learn(self, report: Any) -> None:
+    def learn(self, report: Any, learner: Learner | None = None) -> None:
         """Refine the cached profile with the run's measured stages (nothing for explicit, shipped
-        or calibration-off profiles). A cache that cannot be written is skipped with a warning:
-        the run itself has succeeded."""
+        or calibration-off profiles). The refit (a fraction of a second: slow next to a small
+        query) runs on ``learner`` (default: the process's :data:`LEARNER`), so the run returns
+        without waiting for it; :func:`wait_learning` waits for it."""
         if self.entry is None or self.key is None:
             return
         observations = observations_from_report(report, self._config.concurrency, getattr(report, "run_id", ""))
-        if not observations:
-            return
-        try:
-            self.entry = learn(self.entry, observations)
-            ProfileCache(self._config.profile_cache).save(self.entry, *self.key)
-        except (OSError, CroupierError) as exc:
-            LOG.warning("croupier: could not refine the cached profile %s: %s", self.entry.profile.label, exc)
+        if observations:
+            (learner or LEARNER).add(self._config.profile_cache, self.key, self.entry, observations)
 
+
+@dataclass
+class _Pending:
+    entry: Entry  # the entry the first waiting run started from (used when the cache has none)
+    observations: list[Observation] = field(default_factory=list)
+
+
+class Learner:
+    """Refits cached profiles to finished runs' stages, one at a time, on a thread of its own.
+
+    A refit costs a fraction of a second of the driver's CPU — as much as a small query — so it
+    runs at most once per ``interval`` seconds: runs that finish in between queue their
+    observations per cache file, and the next refit takes them all (one fit and one file write
+    for many small queries). Each refit starts from the entry in the cache file as it is then
+    (no queued run's stages are lost; a newer calibration is kept), or from the run's entry when
+    the file is gone. :meth:`wait` writes what is queued without waiting out the interval; the
+    process's learner does so at interpreter exit. A cache that cannot be written is skipped
+    with a warning: the runs themselves succeeded.
+    """
+
+    def __init__(self, interval: float = LEARN_INTERVAL) -> None:
+        self.interval = interval
+        self._lock = threading.Condition()
+        self._pending: dict[tuple[str, tuple[str, str, int]], _Pending] = {}
+        self._busy = False
+        self._hurry = 0  # callers of wait(): refit now
+        self._last = -math.inf  # time.monotonic() at the end of the last refit
+
+    def add(self, folder: str, key: tuple[str, str, int], entry: Entry, observations: list[Observation]) -> None:
+        """Queue ``observations`` for the profile cached under ``folder`` at ``key``."""
+        with self._lock:
+            self._pending.setdefault((folder, key), _Pending(entry)).observations.extend(observations)
+            if not self._busy:
+                self._busy = True
+                threading.Thread(target=self._loop, name="croupier-learn", daemon=True).start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Write every queued refit now; False if ``timeout`` seconds passed first."""
+        with self._lock:
+            self._hurry += 1
+            self._lock.notify_all()
+            try:
+                return self._lock.wait_for(lambda: not self._busy, timeout)
+            finally:
+                self._hurry -= 1
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._pending:  # idle again, under the lock: the next add starts a thread
+                        self._busy = False
+                        self._lock.notify_all()
+                        return
+                    delay = self._last + self.interval - time.monotonic()
+                    if delay > 0 and not self._hurry:
+                        self._lock.wait(delay)
+                        continue
+                    (folder, key), pending = self._pending.popitem()
+                try:
+                    _refit(folder, key, pending)
+                except (OSError, CroupierError, ValueError, ArithmeticError) as exc:
+                    LOG.warning("croupier: could not refine the cached profile %s: %s", pending.entry.profile.label, exc)
+                self._last = time.monotonic()
+        except BaseException:  # noqa: BLE001 - re-raised; waiters must not wait forever
+            with self._lock:
+                self._busy = False
+                self._lock.notify_all()
+            raise
+
+
+def _refit(folder: str, key: tuple[str, str, int], pending: _Pending) -> None:
+    cache = ProfileCache(folder)
+    current = cache.load(*key) or pending.entry
+    cache.save(learn(current, pending.observations), *key)
+
+
+#: The process's learner: every run's refit goes through it (see Learner); what it has queued is
+#: written at interpreter exit.
+LEARNER = Learner()
+atexit.register(LEARNER.wait, 60.0)
+
+
+def wait_learning(timeout: float | None = None) -> bool:
+    """Wait until the profile refits of finished runs are written to the cache (tests, and
+    tools that read the cache right after a run); False if ``timeout`` seconds passed first."""
+    return LEARNER.wait(timeout)

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import polars as pl
 
-from croupier.compute.base import Task
+from croupier.compute.base import MAX_RESULT_BYTES, Task
 from croupier.dag.batcher import Batcher
 from croupier.dag.binding import Binder, Decision
 from croupier.dag.exchanges import Exchanges
@@ -51,6 +51,10 @@ __all__ = ["DagRunner", "JobResult", "StageOutput", "read_output", "run_job", "s
 SPLITS_PER_FUNCTION = 4
 MIN_SPLIT = 1 << 20
 MAX_SPLIT = 128 << 20
+#: A collected result up to this size (Polars' estimate, shared evenly by the final stage's tasks)
+#: comes back in the tasks' replies: for small results a storage round trip costs more than the
+#: pipe. Well under a reply's limit (the estimate is not the pickled size).
+INLINE_RESULT_BYTES = MAX_RESULT_BYTES // 4
 
 
 class DagRunner:
@@ -152,8 +156,8 @@ class DagRunner:
         results = self._batcher.map(stage.name, tasks) if tasks else []
         if tasks:
             self._predict(stage.name)
-        for result in results:
-            self._fold(out, result.value)
+        for index, result in enumerate(results):
+            self._fold(out, result.value, index)
         out.seconds = time.perf_counter() - started
         with self._lock:
             self.outputs.append(out)
@@ -193,16 +197,16 @@ class DagRunner:
             c_tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), after=gate) for s in c_specs]
             p_results, c_results = self._batcher.map_many([(producer.name, p_tasks), (stage.name, c_tasks)])
             self._predict(producer.name, stage.name)
-            for result in p_results:
-                self._fold(p_out, result.value)
+            for index, result in enumerate(p_results):
+                self._fold(p_out, result.value, index)
             p_out.seconds = time.perf_counter() - started
             future.set_result(p_out)
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)
             raise
-        for result in c_results:
-            self._fold(out, result.value)
+        for index, result in enumerate(c_results):
+            self._fold(out, result.value, index)
         out.seconds = time.perf_counter() - started
         with self._lock:
             self.outputs += [p_out, out]
@@ -226,7 +230,12 @@ class DagRunner:
             }
 
     @staticmethod
-    def _fold(out: StageOutput, value: dict[str, Any]) -> None:
+    def _fold(out: StageOutput, value: dict[str, Any], index: int) -> None:
+        if "inline" in value:  # rows returned instead of written: no objects (senders stay aligned)
+            out.inline[index] = value["inline"]
+            out.written.append(None)
+            out.where.append("")
+            out.rows += value["rows"]
         if "written" in value:
             out.written.append(value["written"])
             out.where.append(value.get("url", ""))
@@ -272,7 +281,8 @@ class DagRunner:
         # on the fast tier: the slow one if it fails (not with eager consumers, which read before
         # the producers report where they wrote: those fail, and the job runs again on the slow tier)
         fallback = self.tmp_url if url != self.tmp_url and not _eager(stage) else ""
-        return ExchangeWrite(url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}", fallback)
+        inline = INLINE_RESULT_BYTES // max(1, out.tasks) if sink.to_driver and not sink.sample_by else 0
+        return ExchangeWrite(url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}", fallback, inline)
 
 def _quietly(future: Future[Any]) -> None:
     try:
@@ -286,16 +296,28 @@ def _eager(stage: Stage) -> bool:
 
 
 def read_output(runner: DagRunner, out: StageOutput) -> pl.DataFrame:
-    """The rows a stage wrote into its exchange, in task order (the driver as the one consumer)."""
+    """The rows a stage wrote into its exchange, in task order (the driver as the one consumer).
+    Rows its tasks returned inline are taken as they are; when only some tasks did, each other
+    task's object is read on its own, to keep the task order."""
     from croupier.dag.task import read as read_spec
     from croupier.compute.context import TaskContext
 
-    bound = runner.exchanges.bound(out, runner.binder.broadcast(out.bytes, out.tasks, 1))
-    spec = runner.exchanges.exchange_read(bound, 0)
     ctx = TaskContext("driver", runner.config, backends={})
-    data = read_spec(ctx, spec)
+    if not out.inline:
+        bound = runner.exchanges.bound(out, runner.binder.broadcast(out.bytes, out.tasks, 1))
+        data = read_spec(ctx, runner.exchanges.exchange_read(bound, 0))
+    else:
+        parts = [out.inline[i] if i in out.inline else read_spec(ctx, runner.exchanges.forward_read(out, i)) for i in range(out.tasks)]
+        data = _conform(pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0], out.schema)
     runner.run.driver_io.merge(ctx.io)
     return data  # type: ignore[no-any-return]
+
+
+def _conform(frame: pl.DataFrame, schema: pl.Schema | None) -> pl.DataFrame:
+    """``frame`` with the stage's schema (column order and types), as an exchange read decodes it."""
+    if schema is None or frame.schema == schema:
+        return frame
+    return frame.select([pl.col(name).cast(dtype) for name, dtype in schema.items()])
 
 
 @dataclass

@@ -13,8 +13,9 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -144,6 +145,15 @@ def csv_schema(store: Store, obj: ObjectInfo, options: CsvOptions) -> pl.Schema:
     return df.schema
 
 
+def read_footers(store: Store, objects: Sequence[ObjectInfo], threads: int = 16) -> dict[str, pq.FileMetaData]:
+    """The footers of Parquet ``objects`` by key, read concurrently (one round trip of latency
+    for many files on object storage, instead of one per file)."""
+    if len(objects) <= 1:
+        return {o.key: _footer(store, o) for o in objects}
+    with ThreadPoolExecutor(max_workers=min(threads, len(objects)), thread_name_prefix="croupier-footer") as pool:
+        return dict(zip((o.key for o in objects), pool.map(lambda o: _footer(store, o), objects)))
+
+
 def _footer(store: Store, obj: ObjectInfo) -> pq.FileMetaData:
     try:
         return pq.read_metadata(RangeFile(store, obj.key, obj.size))
@@ -184,17 +194,20 @@ def _row_group_stats(rg: Any, names: dict[str, int], wanted: set[str]) -> dict[s
     return stats
 
 
-def parquet_splits(spec: ScanSpec, base: str, store: Store, objects: list[ObjectInfo], parts: int, smallest: int, largest: int) -> tuple[list[Split], dict[str, int]]:
+def parquet_splits(
+    spec: ScanSpec, base: str, store: Store, objects: list[ObjectInfo], parts: int, smallest: int, largest: int, footers: Mapping[str, pq.FileMetaData] | None = None
+) -> tuple[list[Split], dict[str, int]]:
     """Row-group splits of the Parquet ``objects`` after pruning, about ``parts`` of them; and counts.
 
     Split size aims at (needed bytes / parts) within [smallest, largest]; a split never crosses
     files. Needed bytes are the column chunks of the projected columns in unpruned row groups.
+    ``footers``: the objects' footers by key, already read (else each is read here, in turn).
     """
     counts = {"row_groups": 0, "row_groups_pruned": 0, "bytes_needed": 0}
     wanted = spec.predicate.columns() if spec.predicate is not None else set()
     kept: list[tuple[ObjectInfo, int, list[tuple[int, int]]]] = []
     for obj in objects:
-        meta = _footer(store, obj)
+        meta = footers[obj.key] if footers is not None and obj.key in footers else _footer(store, obj)
         names = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
         columns = [names[c] for c in (spec.columns or list(names)) if c in names]
         for r in range(meta.num_row_groups):

@@ -1,4 +1,8 @@
-"""Scan planning on the driver: the splits of every scan of a run (cached) and file schemas."""
+"""Scan planning on the driver: the splits of every scan of a run (cached) and file schemas.
+
+Listings and Parquet footers are read once per run however many scans read a table (a table read
+with two projections, or by a subquery and its outer query, is listed once), and the footers of
+a listing are read concurrently."""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ from typing import Any
 import polars as pl
 
 from croupier.config import Config
-from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, resolve
+import pyarrow.parquet as pq
+
+from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, read_footers, resolve
+from croupier.storage import ObjectInfo
 from croupier.dag.stage import ScanSource
 
 #: A scan aims at this many splits per concurrent function (load balance against request count).
@@ -25,6 +32,8 @@ class ScanPlanner:
         self.run = stores
         self._lock = threading.Lock()
         self._split_cache: dict[int, tuple[ScanSpec, tuple[list[Any], dict[str, int]]]] = {}
+        self._listings: dict[str, tuple[str, list[ObjectInfo]]] = {}
+        self._footers: dict[tuple[str, str, int], pq.FileMetaData] = {}
 
     def file_schema(self, source: ScanSource) -> dict[str, Any]:
         """The file schema of a scan source (read from its first object unless given)."""
@@ -47,18 +56,41 @@ class ScanPlanner:
         """The scan's splits; at least one (an empty one when nothing is left to read: every stage
         runs a task, so an exchange always has a producer and an empty input still gives the
         empty frame — and a whole-table aggregate its one row)."""
-        base, objects = resolve(spec.url, self.run.store)
+        base, objects = self.listing(spec.url)
         total = sum(o.size for o in objects)
         parts = SPLITS_PER_FUNCTION * self.config.concurrency
         counts: dict[str, int] = {}
         if spec.format == "parquet":
-            splits, counts = parquet_splits(spec, base, self.run.store(base), objects, parts, MIN_SPLIT, MAX_SPLIT)
+            footers = self.footers(base, objects)
+            splits, counts = parquet_splits(spec, base, self.run.store(base), objects, parts, MIN_SPLIT, MAX_SPLIT, footers)
         else:
             target = min(MAX_SPLIT, max(MIN_SPLIT, total // parts))
             if spec.format == "gensort":
                 check_gensort(base, objects)
             splits = byte_splits(base, objects, target, 100 if spec.format == "gensort" else 1)
         return (splits or [Split(base, "", 0)]), counts
+
+    def listing(self, url: str) -> tuple[str, list[ObjectInfo]]:
+        """The store URL and objects ``url`` names (see :func:`resolve`), listed once per run."""
+        with self._lock:
+            cached = self._listings.get(url)
+        if cached is None:
+            cached = resolve(url, self.run.store)
+            with self._lock:
+                cached = self._listings.setdefault(url, cached)
+        return cached[0], list(cached[1])
+
+    def footers(self, base: str, objects: list[ObjectInfo]) -> dict[str, pq.FileMetaData]:
+        """The Parquet footers of ``objects`` under ``base`` by key: read once per run, the
+        missing ones concurrently."""
+        with self._lock:
+            missing = [o for o in objects if (base, o.key, o.size) not in self._footers]
+        if missing:
+            read = read_footers(self.run.store(base), missing)
+            with self._lock:
+                self._footers.update({(base, o.key, o.size): read[o.key] for o in missing})
+        with self._lock:
+            return {o.key: self._footers[(base, o.key, o.size)] for o in objects}
 
 
 def scan_schema(spec: ScanSpec, run: Any) -> pl.Schema:

@@ -97,13 +97,15 @@ class ExchangeSink:
     ``senders`` must equal the producer count); None: producers cut their rows into fine buckets and
     the consumers' plan is chosen from the bytes they wrote (late binding). ``eager``: consumers of an
     early, plain direct exchange start once a share of the producers finished (SEER §5.1).
-    ``sample_by``: each task also returns ``sample_rows`` rows of these sort keys."""
+    ``sample_by``: each task also returns ``sample_rows`` rows of these sort keys. ``to_driver``: the
+    driver is the one reader (``collect``): tasks whose rows are small return them inline instead."""
 
     partitioning: Partitioning = field(default_factory=SinglePartitioning)
     plan: ExchangePlan | None = None
     eager: bool = False
     sample_by: tuple[Expr, ...] = ()
     sample_rows: int = 0
+    to_driver: bool = False
 
 
 @dataclass(frozen=True)

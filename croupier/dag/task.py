@@ -111,6 +111,7 @@ class ExchangeWrite:
     sample_rows: int = 0
     channel: str = "exchange"
     fallback: str = ""  # the slow tier, when ``url`` is the fast one: where to write if it fails
+    inline: int = 0  # rows of at most this many bytes go back to the driver in the reply, not to storage
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def read_kind(source: Read) -> str:
 
 def write_kind(sink: Write, data: Any) -> str:
     """The phase kind of a write."""
-    if isinstance(sink, ResultWrite):
+    if isinstance(sink, ResultWrite) or inlined(sink, data):
         return "write:result"
     if isinstance(sink, OutputWrite):
         return f"write:output-{sink.fmt}"
@@ -267,6 +268,8 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
         return {"value": data}
     if isinstance(sink, OutputWrite):
         return {"files": write_output(ctx, sink, data)}
+    if inlined(sink, data):
+        return {"inline": data, "rows": data.height}
     if isinstance(data, RecordRuns):
         chunks, rows = _record_chunks(sink, data)
         out: dict[str, Any] = {}
@@ -282,6 +285,12 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
         out.update(url=sink.fallback, fell_back=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
     out.update(written=written, bytes=nbytes, rows=rows)
     return out
+
+
+def inlined(sink: Write, data: Any) -> bool:
+    """Whether a task returns its rows in its reply instead of writing them: the driver is their
+    one reader and they are small (Polars' size estimate within ``sink.inline`` bytes)."""
+    return isinstance(sink, ExchangeWrite) and sink.inline > 0 and isinstance(data, pl.DataFrame) and data.estimated_size() <= sink.inline
 
 
 def _forget(store: Store, sink: ExchangeWrite) -> None:

@@ -435,7 +435,7 @@ class LazyFrame:
         """Run the query; return a polars DataFrame, or an Arrow table (``kind="arrow"``) or pandas."""
         if kind not in COLLECT_KINDS:
             raise ConfigError(f"collect kind must be one of {COLLECT_KINDS}, got {kind!r}")
-        frame, _, _ = self._run(ExchangeSink(SinglePartitioning()), config, executor, read=True)
+        frame, _, _ = self._run(ExchangeSink(SinglePartitioning(), to_driver=True), config, executor, read=True)
         assert frame is not None
         frame = frame.rechunk()
         if kind == "arrow":

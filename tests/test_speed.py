@@ -1,0 +1,155 @@
+"""Fixed costs of a small run kept off its path: profile refits on the learner thread; small final
+results returned inline, without a storage round trip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import croupier
+from croupier.config import Config
+from croupier.dag.profiles import Learner
+from croupier.model.cache import Entry, ProfileCache
+from croupier.model.fit import observations_from_report
+from croupier.model.profile import profile_for
+
+
+def _frame(tmp_path: Path, config: Config) -> croupier.LazyFrame:
+    path = tmp_path / "t.parquet"
+    if not path.exists():
+        pl.DataFrame({"k": [1, 2, 1, 3] * 50, "v": [1.0, 2.0, 3.0, 4.0] * 50}).write_parquet(path)
+    return croupier.scan_parquet(str(path), config=config).group_by("k").agg(croupier.col("v").sum()).sort("k")
+
+
+def test_learner_refits_every_queued_run_once_each_from_the_cached_file(tmp_path: Path) -> None:
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    frame = _frame(tmp_path, config)
+    frame.collect()
+    assert frame.last_run is not None
+    observations = observations_from_report(frame.last_run.report, 2, "r")
+    assert observations
+    folder, key = str(tmp_path / "cache"), ("m", "local-test", 2)
+    base = Entry(profile_for(config, config.tmp_url or ""))
+    cached = Entry(base.profile, history=observations[:1])
+    ProfileCache(folder).save(cached, *key)  # the file is newer than the runs' entry
+    learner = Learner()
+    for _ in range(3):
+        learner.add(folder, key, base, observations)
+    assert learner.wait(60)
+    after = ProfileCache(folder).load(*key)
+    assert after is not None
+    assert len(after.history) == 1 + 3 * len(observations), "the file's history kept, every queued run's stages added"
+    assert 1 <= after.profile.revision <= 3
+    assert learner.wait(0)  # idle: nothing to wait for
+
+
+def test_waiting_for_the_learner_writes_at_once_and_exit_writes_what_is_queued(tmp_path: Path) -> None:
+    config = Config(concurrency=1, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    frame = _frame(tmp_path, config)
+    frame.collect()
+    assert frame.last_run is not None
+    observations = observations_from_report(frame.last_run.report, 1, "r")
+    folder, key = str(tmp_path / "cache"), ("m", "local-test", 1)
+    learner = Learner(interval=3600.0)  # a second refit would wait an hour unless hurried
+    base = Entry(profile_for(config, config.tmp_url or ""))
+    learner.add(folder, key, base, observations)
+    assert learner.wait(60)
+    learner.add(folder, key, base, observations)
+    assert learner.wait(60), "wait() does not wait out the interval"
+    after = ProfileCache(folder).load(*key)
+    assert after is not None and len(after.history) == 2 * len(observations) and after.profile.revision == 2
+
+    script = f"""
+from croupier.dag import profiles
+from croupier.model.cache import ProfileCache
+profiles.LEARNER.interval = 3600.0
+entry = ProfileCache({folder!r}).load(*{key!r})
+profiles.LEARNER.add({folder!r}, {key!r}, entry, entry.history[:1])  # refitted at once
+assert profiles.LEARNER.wait(60)
+profiles.LEARNER.add({folder!r}, {key!r}, entry, entry.history[:1])  # queued for an hour: written at exit
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    last = ProfileCache(folder).load(*key)
+    assert last is not None and last.profile.revision == 4 and len(last.history) == 2 * len(observations) + 2
+
+
+def _requests(io: object, kind: str) -> int:
+    stats = getattr(io, "kinds").get(kind)
+    return stats.requests if stats is not None else 0
+
+
+def _two_files(tmp_path: Path) -> tuple[str, pl.DataFrame]:
+    """A small file and a larger one: a filter over them runs one final task per file."""
+    folder = tmp_path / "two"
+    folder.mkdir(exist_ok=True)
+    small = pl.DataFrame({"k": list(range(10)), "s": ["x" * 20] * 10})
+    large = pl.DataFrame({"k": list(range(10, 20_010)), "s": ["y" * 20] * 20_000})
+    small.write_parquet(folder / "a.parquet")
+    large.write_parquet(folder / "b.parquet")
+    return str(folder / "*.parquet"), pl.concat([small, large]).filter(pl.col("k") % 3 != 1)
+
+
+def _reads(io: object) -> int:
+    return _requests(io, "GET") + _requests(io, "GET_RANGE")
+
+
+def test_a_small_collected_result_comes_back_inline_without_touching_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from croupier.dag import runner
+
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    frame = _frame(tmp_path, config)
+    expected = pl.read_parquet(tmp_path / "t.parquet").group_by("k").agg(pl.col("v").sum()).sort("k")
+    seen = {}
+    for limit in (0, runner.INLINE_RESULT_BYTES):  # through storage as before; inline
+        monkeypatch.setattr(runner, "INLINE_RESULT_BYTES", limit)
+        assert frame.collect().equals(expected)
+        report = frame.last_run.report  # type: ignore[union-attr]
+        final = [s for s in report.stages if s.name != "driver"][-1]
+        assert final.name.endswith("final") and final.tasks == 1
+        seen[limit] = (_requests(final.io, "PUT"), _reads(report.stage("driver").io), bool(final.phases.get("write:result")))
+    assert seen[0][0] == 1 and not seen[0][2], "without inline results the final task writes its object"
+    inline = seen[runner.INLINE_RESULT_BYTES]
+    assert inline[0] == 0 and inline[2], "the final task wrote nothing: it returned its rows"
+    assert inline[1] == seen[0][1] - 1, "the driver read nothing back"
+
+
+def test_results_over_the_inline_limit_go_through_storage_in_task_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from croupier.dag import runner
+
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    url, expected = _two_files(tmp_path)
+    query = croupier.scan_parquet(url, config=config).filter(croupier.col("k") % 3 != 1)
+    reads = {}
+    for limit, inline in ((0, 0), (2 * 4096, 1), (runner.INLINE_RESULT_BYTES, 2)):  # none inline; the small task's; both
+        monkeypatch.setattr(runner, "INLINE_RESULT_BYTES", limit)
+        got = query.collect()
+        assert got.equals(expected), f"limit {limit}: the same rows in the same order, inline or not"
+        report = query.last_run.report  # type: ignore[union-attr]
+        final = [s for s in report.stages if s.name != "driver"][-1]
+        assert final.tasks == 2
+        assert int(final.phases.get("write:result", [0, 0, 0, 0])[3]) == inline, f"limit {limit}"
+        assert _requests(final.io, "PUT") == 2 - inline
+        reads[inline] = _reads(report.stage("driver").io)
+    assert reads[0] - reads[2] == 2 and reads[0] - reads[1] == 1, "the driver reads back exactly the objects written"
+
+
+def test_a_table_scanned_twice_in_a_run_is_listed_and_its_footers_read_once(tmp_path: Path) -> None:
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    folder = tmp_path / "tbl"
+    folder.mkdir()
+    for i in range(3):
+        pl.DataFrame({"k": list(range(i * 10, i * 10 + 10)), "a": [float(i)] * 10, "b": ["x"] * 10}).write_parquet(folder / f"p{i}.parquet")
+    url = str(folder / "*.parquet")
+    once = croupier.scan_parquet(url, config=config).select("k", "a")
+    twice = once.join(croupier.scan_parquet(url, config=config).select("k", "b"), on="k").sort("k")
+    expected = pl.read_parquet(url).select("k", "a", "b").sort("k")
+    assert once.collect().sort("k").equals(expected.select("k", "a"))
+    assert twice.collect().equals(expected)
+    reports = [f.last_run.report.stage("driver").io for f in (once, twice)]  # type: ignore[union-attr]
+    assert _requests(reports[0], "LIST") >= 1 and _reads(reports[0]) >= 3, "the driver lists the table and reads each footer"
+    assert [_requests(io, "LIST") for io in reports] == [_requests(reports[0], "LIST")] * 2, "listed once per run"
+    assert _reads(reports[1]) == _reads(reports[0]), "each footer read once per run"
