@@ -67,6 +67,8 @@ def describe(profile: StorageProfile) -> str:
     lines.append(f"  bandwidth per stream: read {profile.read_bandwidth / 1e6:.1f} MB/s, write {profile.write_bandwidth / 1e6:.1f} MB/s; grid up to {profile.max_streams or '?'} in flight")
 
     def pm(key: str, value: float, factor: float, unit: str) -> str:
+        if value == 0:
+            return "not identified (0)"
         e = profile.relative_error(key) * value
         return f"{value * factor:.3g} +- {e * factor:.2g} {unit}"
 

@@ -391,10 +391,22 @@ class FitResult:
             if math.isnan(value):
                 lines.append(f"  {name:<52} not identifiable from these stages: kept from the base profile")
                 continue
-            error = self.errors.get(name, math.nan)
-            flag = "" if math.isnan(error) or value > 2 * error else "  (within 2 standard errors of 0)"
-            lines.append(f"  {name:<52} {value * factor:10.4g} +- {error * factor:.2g} {unit}{flag}")
+            lines.append(f"  {name:<52} {format_estimate(value, self.errors.get(name, math.nan), factor, unit)}")
         return "\n".join(lines)
+
+
+def format_estimate(value: float, error: float, factor: float, unit: str) -> str:
+    """A coefficient with its standard error, or what it is instead: a term fitted to exactly 0
+    was not identified (nothing told it from 0; "0 +- 0" would claim a certain zero), and an error
+    of (numerically) 0 means one stage's data alone fixed it, which measures no uncertainty."""
+    if value == 0:
+        return "not identified: fitted to 0 (the stages cannot tell it from 0)"
+    if math.isnan(error):
+        return f"{value * factor:10.4g} {unit} (uncertainty unknown)"
+    if error <= 1e-9 * abs(value):
+        return f"{value * factor:10.4g} {unit} (from one stage's data alone: uncertainty not measured)"
+    flag = "" if value > 2 * error else "  (within 2 standard errors of 0)"
+    return f"{value * factor:10.4g} +- {error * factor:.2g} {unit}{flag}"
 
 
 def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: int = BOOTSTRAP, seed: int = 0) -> FitResult:
