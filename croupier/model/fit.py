@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from croupier.model.profile import Curve, StorageProfile
-from croupier.model.stage import StageFacts, io_term, predict_stage
+from croupier.model.stage import StageFacts, io_term, phase_calls, predict_stage
 
 #: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
 HUBER_K = 1.5
@@ -257,7 +257,7 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
             elif kind in BOTH:
                 b_io += io
             nbytes[i, index[kind]] += b
-            calls[i, index[kind]] += rest[0] if rest else tasks
+            calls[i, index[kind]] += phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
                       task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, wall=o.wall)  # fmt: skip
