@@ -281,7 +281,8 @@ def _query_jobs(table: str, dim: str, out: str, c: int) -> list[Job]:
         merged = Stage(f"q-{what}-final", ExchangeInput(partial), (Aggregate((key,), final),), sink=OutputSink(f"{out}/{what}", "parquet", "cal"))
         jobs.append(Job(what, (merged,), workers, algorithm))
     build = Stage("q-join-build", scan(dim), sink=ExchangeSink(HashPartitioning(("k_many",))))
-    probe = Stage("q-join-probe", scan(table, ("k_many", "v", "w", "d")), (Select((col("k_many"), col("v"), col("w"))),), sink=ExchangeSink(HashPartitioning(("k_many",))))
+    # the probe side ships wide rows (a string among them), as TPC-H joins' build and probe stages do
+    probe = Stage("q-join-probe", scan(table, ("k_many", "v", "w", "d", "comment")), (Select((col("k_many"), col("v"), col("w"), col("comment"))),), sink=ExchangeSink(HashPartitioning(("k_many",))))
     joined = Stage("q-join-final", ExchangeInput(probe), (HashJoin("build", ("k_many",), ("k_many",), "inner"),), {"build": ExchangeInput(build)}, OutputSink(f"{out}/join", "parquet", "cal"))
     jobs.append(Job("join", (joined,), 2 * c, "direct"))
     cuts = pl.DataFrame({"__k0": [i / (2 * c) for i in range(1, 2 * c)]})
