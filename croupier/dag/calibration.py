@@ -35,6 +35,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
@@ -202,7 +203,7 @@ class SyntheticTable(Operator):
         records = data.concatenated()
         hi, lo = key_columns(records)
         x = _mix(hi ^ (lo * np.uint64(0x9E3779B97F4A7C15)))  # 64 random bits per row
-        bits = lambda shift, n: ((x >> np.uint64(shift)) % np.uint64(n)).astype(np.int64)  # noqa: E731
+        bits = partial(_bits, x)
         words = pl.Series(WORDS)
         text = pl.DataFrame({f"t{j}": words.gather(bits(4 * j, len(WORDS))) for j in range(8)} | {f"m{j}": bits(40 + j, 2) == 0 for j in range(3, 8)})
         parts = [pl.col(f"t{j}") if j < 3 else pl.when(pl.col(f"m{j}")).then(pl.col(f"t{j}")) for j in range(8)]  # 3-8 words
@@ -234,6 +235,11 @@ class Job:
     stages: tuple[Stage, ...]
     workers: int | None = None
     algorithm: str | None = None
+
+
+def _bits(x: np.ndarray, shift: int, n: int) -> np.ndarray:
+    """Values in [0, n) from the bits of ``x`` from ``shift`` up."""
+    return ((x >> np.uint64(shift)) % np.uint64(n)).astype(np.int64)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
