@@ -297,25 +297,16 @@ def _query_jobs(table: str, dim: str, out: str, c: int) -> list[Job]:
     return jobs
 
 
-#: Jobs of the warm-up pass: one of each code path (every operator kind, records and frames, a
-#: level), not the variations (plans, group counts) that only the measured passes need; the
-#: warm-up cost as much as the small pass and left a loaded machine no time for the large one.
-WARM_UP_JOBS = frozenset({"generate", "table", "dim", "sort-gensort-c", "sort-parquet-2l", "filter", "few", "join", "sort"})
-
-
-def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, seed: int = 7, only: frozenset[str] | None = None) -> list[Observation]:
+def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, seed: int = 7) -> list[Observation]:
     """Run the standard workload under ``url`` (which it leaves for the caller to delete); return
-    every stage it ran as an observation. ``only``: run just these jobs (by name; sorts as
-    ``sort-<format>-c`` for direct and ``sort-<format>-2l`` for two levels)."""
+    every stage it ran as an observation."""
     from croupier.dag.runner import run_job
 
     c = config.concurrency
     base = replace(config, workers=None, algorithm=None, topology=None, progress=False, tmp_url=f"{url}/tmp", calibration="off", profile=None)
     observations: list[Observation] = []
 
-    def run(job: Job, key: str | None = None) -> None:
-        if only is not None and (key or job.name) not in only:
-            return
+    def run(job: Job) -> None:
         result = run_job(list(job.stages), base.with_(workers=job.workers, algorithm=job.algorithm), executor)
         observations.extend(observations_from_report(result.report, c, f"calibration:{job.name}"))
 
@@ -334,7 +325,7 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
         objects = sorted(open_store(f"{url}/in-{fmt}", config).list(), key=lambda o: o.key)
         for plan in (ExchangePlan.direct(c), ExchangePlan(Topology((2, c)), True)):
             label = f"sort-{fmt}-{plan.workers}{'-2l' if plan.levels > 1 else ''}"
-            run(Job(label, (_sort(label, f"{url}/in-{fmt}", objects, rows if fmt == "parquet" else None, f"{url}/out-{label}", fmt, plan, seed),)), f"sort-{fmt}-{'2l' if plan.levels > 1 else 'c'}")
+            run(Job(label, (_sort(label, f"{url}/in-{fmt}", objects, rows if fmt == "parquet" else None, f"{url}/out-{label}", fmt, plan, seed),)))
     for job in _query_jobs(f"{url}/table", f"{url}/dim", f"{url}/out-q", c):
         run(job)
     return observations
@@ -359,10 +350,9 @@ class Calibration:
 
 def calibrate_store(executor: Executor, config: Config, url: str, name: str, sizes: Sizes = QUICK, bootstrap: int = 100, budget: float = 10.0) -> Calibration:
     """Measure the store under ``url`` (a prefix this deletes afterwards) with ``executor``: the
-    request grid, then the workload at three scales (:data:`WARM_UP`, one job per code path,
-    dropped; :data:`SMALL`; and the largest up to :data:`LARGEST` that the time left of ``budget``
-    seconds allows, judged from how much of the small pass was the tasks' phases, which grow with
-    the data). Fit and return the profile."""
+    request grid, then the workload at three scales (:data:`WARM_UP`, dropped; :data:`SMALL`; and
+    the largest up to :data:`LARGEST` that the time left of ``budget`` seconds allows, judged from
+    how the first two grew). Fit and return the profile."""
     started = time.perf_counter()
     store = open_store(url, config)
     observations: list[Observation] = []
@@ -370,14 +360,12 @@ def calibrate_store(executor: Executor, config: Config, url: str, name: str, siz
     try:
         (points, streams), steps["grid"] = _timed(lambda: grid_points(executor, config, url, sizes))
         base = grid_profile(name, points, streams, config, sizes)
-        steps["warm_up"] = _timed(lambda: run_workload(executor, config, f"{url}/w0", sizes.scaled(WARM_UP), only=WARM_UP_JOBS))[1]
+        warm = steps["warm_up"] = _timed(lambda: run_workload(executor, config, f"{url}/w0", sizes.scaled(WARM_UP)))[1]
         small, took = _timed(lambda: run_workload(executor, config, f"{url}/w1", sizes.scaled(SMALL)))
         steps["small"] = took
         observations += small
-        # what grows with the data: the tasks' phases (on C functions at once); the rest is fixed
-        data_seconds = min(took, sum(v[1] for o in small for v in o.phases.values()) / max(1, config.concurrency))
-        per_scale = max(data_seconds, 1e-3) / SMALL
-        fixed = took - data_seconds
+        per_scale = max(took - warm, 1e-3) / (SMALL - WARM_UP)
+        fixed = max(0.0, took - per_scale * SMALL)
         left = budget - (time.perf_counter() - started) - FIT_SECONDS
         scale = min(LARGEST, MARGIN * (left - fixed) / per_scale)
         if scale >= 2 * SMALL:
