@@ -90,3 +90,21 @@ def test_calibrate_command_refits_from_stored_reports(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "refitted from" in result.output and "records_sort" in result.output and "+-" in result.output
     assert "local@r1" in result.output
+
+
+def test_the_calibration_table_stores_like_real_tables() -> None:
+    """Dates, decimals, low-cardinality and free-text strings (TPC-H-like), the same for the same records."""
+    import polars as pl
+
+    from croupier.ops.gensort import generate
+    from croupier.ops.records import RecordRuns
+
+    records = RecordRuns([generate(0, 5000, 7)], [0])
+    table = calibration.SyntheticTable(1250).apply(records, {})
+    assert table.equals(calibration.SyntheticTable(1250).apply(records, {}))
+    assert table.schema["d"] == pl.Date and table.schema["comment"] == pl.Utf8 and table.null_count().sum_horizontal().item() == 0
+    assert table["flag"].n_unique() == 3 and table["mode"].n_unique() == 7 and table["k_few"].n_unique() == 16
+    assert table["k_many"].max() < 1250 and 1000 < table["k_many"].n_unique()
+    words = table["comment"].str.split(" ").list.len()
+    assert words.min() == 3 and words.max() == 8 and table["comment"].n_unique() > 4000
+    assert str(table["d"].min()) >= "1992-01-01" and str(table["d"].max()) <= "1998-12-31"

@@ -13,11 +13,11 @@ import pytest
 
 from croupier.exchange.plan import ExchangePlan
 from croupier.jobs.calibrate import describe, from_reports
-from croupier.model.fit import Observation, fit, observations_from_report
+from croupier.model.fit import Observation, fit, format_estimate, observations_from_report
 from croupier.model.perf import Prediction
 from croupier.model.profile import Curve, StorageProfile
 from croupier.model.selector import choose, robust
-from croupier.model.stage import StageFacts, StagePrediction, Term, interval, predict_stage
+from croupier.model.stage import StageFacts, StagePrediction, Term, interval, phase_calls, predict_stage
 
 CONCURRENCY = 2
 
@@ -126,6 +126,25 @@ def test_a_term_the_data_cannot_tell_keeps_the_base_value() -> None:
     assert "not identifiable" in result.describe()
 
 
+def test_a_term_fitted_to_zero_is_reported_as_not_identified_not_as_a_certain_zero() -> None:
+    assert format_estimate(0.0, 0.0, 1e3, "ms").startswith("not identified")
+    assert "+-" not in format_estimate(0.0, 0.0, 1e3, "ms")
+    assert "uncertainty not measured" in format_estimate(2e-3, 1e-18, 1e3, "ms")
+    assert format_estimate(2e-3, 5e-4, 1e3, "ms").strip() == "2 +- 0.5 ms"
+    assert "within 2 standard errors of 0" in format_estimate(2e-3, 2e-3, 1e3, "ms")
+    assert "not identified (0)" in describe(replace(truth(), first_touch_seconds_per_byte=0.0))
+
+
+def test_exchange_reads_pay_their_fixed_cost_per_object_fetched() -> None:
+    """A consumer of 12 producers opens 12 objects: 12 calls of read:exchange; other kinds once per task."""
+    facts = StageFacts("c", 2, {"read:exchange-frames-arrow": 1e6, "sort": 1e6}, reads=24, read_bytes=1e6, exchange_reads=24, exchange_read_bytes=1e6)
+    assert phase_calls(facts, "read:exchange-frames-arrow") == 24 and phase_calls(facts, "sort") == 2
+    profile = replace(truth(), call_seconds={"read:exchange-frames-arrow": 1e-3}, compute={})
+    only_calls = replace(facts, phases={"read:exchange-frames-arrow": 0.0})  # no per-byte cost: just the calls
+    compute = next(t for t in predict_stage(only_calls, profile, 2).terms if t.name == "compute")
+    assert compute.seconds == pytest.approx(24 * 1e-3 / 2)
+
+
 def _stage_json(o: Observation) -> dict:
     f = o.facts
     data = f.reads - f.exchange_reads
@@ -206,7 +225,10 @@ def test_calibrate_output_gives_every_coefficient_with_its_error() -> None:
     text = describe(profile)
     for kind in truth().compute:
         row = next(line for line in text.splitlines() if line.strip().startswith(kind + " "))
-        assert row.count("+-") == 2 and "ns/B" in row and "ms/call" in row, row  # the fit measured both
+        if truth().call_seconds.get(kind, 0.0) > 0:
+            assert row.count("+-") == 2 and "ns/B" in row and "ms/call" in row, row  # the fit measured both
+        else:  # a cost that is truly 0 is fitted to 0, which the fit cannot tell from "not identified"
+            assert row.count("+-") == 1 and "ns/B" in row and row.endswith("not identified (0)"), row
     sort_row = next(line for line in text.splitlines() if line.strip().startswith("sort "))
     assert sort_row.split()[1] == "6", sort_row  # 6 ns/B, the truth's
     parquet_row = next(line for line in text.splitlines() if line.strip().startswith("read:parquet "))

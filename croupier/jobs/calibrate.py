@@ -34,7 +34,7 @@ def calibrate(url: str, config: Config, quick: bool = True, name: str | None = N
     with ``cache``, also store it as this machine's profile of that store (runs then use it)."""
     chosen = sizes or (QUICK if quick else FULL)
     with make_executor(config) as executor:
-        outcome = calibrate_store(executor, config, str(parse_location(url)), name or url, chosen, budget=QUICK_BUDGET if quick else FULL_BUDGET)
+        outcome = calibrate_store(executor, config, str(parse_location(url)), name or url, chosen, bootstrap=60 if quick else 100, budget=QUICK_BUDGET if quick else FULL_BUDGET)  # quick: as a first run
     machine, store = machine_id(), store_key(url, config.s3.endpoint)
     profile = replace(outcome.profile, machine=machine, store=store)
     outcome = replace(outcome, result=replace(outcome.result, profile=profile))
@@ -67,6 +67,8 @@ def describe(profile: StorageProfile) -> str:
     lines.append(f"  bandwidth per stream: read {profile.read_bandwidth / 1e6:.1f} MB/s, write {profile.write_bandwidth / 1e6:.1f} MB/s; grid up to {profile.max_streams or '?'} in flight")
 
     def pm(key: str, value: float, factor: float, unit: str) -> str:
+        if value == 0:
+            return "not identified (0)"
         e = profile.relative_error(key) * value
         return f"{value * factor:.3g} +- {e * factor:.2g} {unit}"
 

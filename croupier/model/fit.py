@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from croupier.model.profile import Curve, StorageProfile
-from croupier.model.stage import StageFacts, io_term, predict_stage
+from croupier.model.stage import StageFacts, io_term, phase_calls, predict_stage
 
 #: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
 HUBER_K = 1.5
@@ -257,7 +257,7 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
             elif kind in BOTH:
                 b_io += io
             nbytes[i, index[kind]] += b
-            calls[i, index[kind]] += rest[0] if rest else tasks
+            calls[i, index[kind]] += phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
                       task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, wall=o.wall)  # fmt: skip
@@ -391,10 +391,22 @@ class FitResult:
             if math.isnan(value):
                 lines.append(f"  {name:<52} not identifiable from these stages: kept from the base profile")
                 continue
-            error = self.errors.get(name, math.nan)
-            flag = "" if math.isnan(error) or value > 2 * error else "  (within 2 standard errors of 0)"
-            lines.append(f"  {name:<52} {value * factor:10.4g} +- {error * factor:.2g} {unit}{flag}")
+            lines.append(f"  {name:<52} {format_estimate(value, self.errors.get(name, math.nan), factor, unit)}")
         return "\n".join(lines)
+
+
+def format_estimate(value: float, error: float, factor: float, unit: str) -> str:
+    """A coefficient with its standard error, or what it is instead: a term fitted to exactly 0
+    was not identified (nothing told it from 0; "0 +- 0" would claim a certain zero), and an error
+    of (numerically) 0 means one stage's data alone fixed it, which measures no uncertainty."""
+    if value == 0:
+        return "not identified: fitted to 0 (the stages cannot tell it from 0)"
+    if math.isnan(error):
+        return f"{value * factor:10.4g} {unit} (uncertainty unknown)"
+    if error <= 1e-9 * abs(value):
+        return f"{value * factor:10.4g} {unit} (from one stage's data alone: uncertainty not measured)"
+    flag = "" if value > 2 * error else "  (within 2 standard errors of 0)"
+    return f"{value * factor:10.4g} +- {error * factor:.2g} {unit}{flag}"
 
 
 def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: int = BOOTSTRAP, seed: int = 0) -> FitResult:
