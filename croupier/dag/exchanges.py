@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable
 
-from croupier.compute.base import Task
+from croupier.compute.base import Task, TaskResult
 from croupier.config import Config
 from croupier.dag.batcher import Batcher
 from croupier.dag.binding import Binder, Decision, stage_kinds
@@ -25,6 +25,7 @@ from croupier.dag.task import ExchangeRead, ScanRead, run_level
 from croupier.dag.tiers import Tiers
 from croupier.errors import ConfigError
 from croupier.exchange import move
+from croupier.exchange.hybrid import HybridPlan
 from croupier.exchange.move import Fetch, Written
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
@@ -50,6 +51,7 @@ class Exchanges:
         self._batcher = batcher
         self._predict = predict
         self._lock = threading.Lock()
+        self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
         encoding = self.config.shuffle_encoding(tmp_url)
         self.records_format = encoding
         # "raw" is the records' own bytes; query rows travel as uncompressed Arrow instead
@@ -105,7 +107,7 @@ class Exchanges:
         producer = bound.producer
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        return ExchangeRead(producer.url or self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        return ExchangeRead(bound.url or producer.url or self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)
@@ -121,16 +123,17 @@ class Exchanges:
         named.update({k: inputs[id(v.stage)] for k, v in stage.sides.items() if v.read == "partition"})
         main = named[""]
         total = sum(o.bytes for o in named.values())
-        if main.early:
-            assert isinstance(main.plan, ExchangePlan)
-            template = Decision(main.plan, f"{main.plan.describe()} (bound before the producers ran)")
+        early = main if main.early else next((o for o in named.values() if o.early), None)  # a hybrid side fixes P too
+        if early is not None:
+            assert isinstance(early.plan, ExchangePlan)
+            template = Decision(early.plan, f"{early.plan.describe()} (bound before the producers ran)")
         elif stage.workers:
             template = self.binder.fixed(stage.workers, main.tasks, buckets_of(main))
         else:
             template = self.binder.late(total, main.tasks, buckets_of(main), phases={"reduce": stage_kinds(stage, self.format_of)})
         bound = {}
         for name, producer in named.items():
-            plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine, producer.tasks, buckets_of(producer))
+            plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine or isinstance(template.plan, HybridPlan), producer.tasks, buckets_of(producer))
             assert isinstance(plan, ExchangePlan)
             if plan.workers != template.workers:
                 raise ConfigError(f"stage {stage.name!r}: inputs partitioned {plan.workers} and {template.workers} ways cannot be joined partition-wise")
@@ -153,6 +156,10 @@ class Exchanges:
         with self._lock:
             producer.bindings += 1
             prefix = f"{producer.prefix}x{producer.bindings}/"
+            merged = self._merged.get(id(producer))
+        if merged is not None and decision.plan is producer.plan:  # a hybrid exchange: its rounds ran with the producers
+            written, runs, url = merged
+            return Bound(producer, decision, prefix, list(written), runs, done=decision.plan.levels, url=url)
         return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
 
     def run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
@@ -163,7 +170,7 @@ class Exchanges:
             owners: list[tuple[Bound, int]] = []
             for b in bounds:
                 plan = b.decision.plan
-                if level >= plan.levels:
+                if level >= plan.levels or level < b.done:  # (a hybrid's level 2 ran in its rounds)
                     continue
                 wait = self.config.request_timeout
                 url = b.producer.url or self.tmp_url
@@ -198,6 +205,9 @@ class Exchanges:
         chosen = self.tiers.chosen.get(bound.producer.stage.name) if self.tiers is not None else None
         if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
             entry["tier"], entry["tier_why"] = chosen
+        if isinstance(decision.plan, HybridPlan):  # the requests of each tier, as the plan counts them
+            entry["predicted_requests_by_tier"] = decision.plan.requests_by_tier()
+            entry["rounds"] = decision.plan.rounds
         if decision.choice is not None:
             ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
             entry["predicted_seconds"] = decision.choice.best.seconds
@@ -215,6 +225,11 @@ class Exchanges:
             return
         self.choose_tier(stage, inputs, out)
         n = max(1, out.tasks)
+        hybrid = self.tiers.rounds.get(stage.name) if self.tiers is not None else None
+        if hybrid is not None:
+            out.plan, out.early = self.hybrid_plan(stage, inputs, out, hybrid.per_round, hybrid.round_bytes), True
+            out.notes.append(f"writes: {out.plan.describe()}")
+            return
         if sink.plan is not None:
             out.plan, out.early = replace(sink.plan, senders=n), True
             return
@@ -231,13 +246,74 @@ class Exchanges:
         buckets = self.binder.fine_buckets()
         out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
 
+    def hybrid_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput, per_round: int, round_bytes: int) -> HybridPlan:
+        """The hybrid plan of this producer stage: P bound now (a fixed plan's, the forced one, or
+        the selector's for the estimated bytes), B as the plan would have had."""
+        sink = stage.sink
+        assert isinstance(sink, ExchangeSink)
+        n = max(1, out.tasks)
+        if sink.plan is not None:  # TeraSort: P and the splitters are fixed
+            workers, buckets = sink.plan.workers, sink.plan.bucket_count
+        else:
+            buckets = self.binder.fine_buckets()
+            kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
+            workers = self.config.workers or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
+            workers = min(workers, buckets)
+        return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes)
+
+    def run_producers(self, stage: Stage, out: StageOutput, tasks: list[Task]) -> list[TaskResult]:
+        """Run a stage's tasks (the runner's hook). A hybrid exchange's producers run round by
+        round: each round's producers write to the fast tier, its P combiners read them and write
+        their runs to the slow tier, and the round's fast objects are deleted before the next."""
+        plan = out.plan
+        if not tasks:
+            return []
+        if not isinstance(plan, HybridPlan):
+            results = self._batcher.map(stage.name, tasks)
+            self._predict(stage.name)
+            return results
+        assert self.tiers is not None
+        fast, slow = self.tiers.fast(), self.tmp_url
+        runs = f"{out.prefix}runs/"
+        results: list[TaskResult] = []
+        written: list[Written] = [None] * plan.producers
+        where: list[str] = [""] * plan.producers
+        merged: list[Written] = [None] * plan.level_senders(1)
+        for j in range(plan.rounds):
+            label = f"{stage.name} round {j + 1}/{plan.rounds}"
+            producers = plan.round_producers(j)
+            got = self._batcher.map(label, tasks[producers.start : producers.stop])
+            self._predict(label)
+            results += got
+            for s, result in zip(producers, got):
+                written[s], where[s] = result.value["written"], result.value.get("url", "")
+            urls = [w or fast for w in where]
+            combine: list[Task] = []
+            for c in plan.round_combiners(j):
+                fetches = tuple(move.fetches_for(plan, 0, c, written, out.prefix, urls))
+                inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch else ()
+                args = (slow, plan, 1, c, fetches, self.config.request_timeout, runs, f"x:{stage.name}")
+                combine.append(Task(f"{stage.name}-C{j + 1}-{c % plan.workers}", run_level, args, inputs=inputs))
+            label = f"{stage.name} combine {j + 1}/{plan.rounds}"
+            for c, result in zip(plan.round_combiners(j), self._batcher.map(label, combine)):
+                merged[c] = result.value["written"]
+            self._predict(label)
+            on_fast = [out.prefix + k for s in producers if not where[s] for k in (o.key for o in plan.writes(0, s))]
+            self.run.store(fast).delete(on_fast)  # the fast tier holds one round at most
+        with self._lock:
+            self._merged[id(out)] = (merged, runs, slow)
+        return results
+
     def choose_tier(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
-        """Where this stage's exchange objects go (the slow or the fast tier, see dag/tiers.py)."""
+        """Where this stage's exchange objects go (the slow or the fast tier, or rounds through the
+        fast tier to the slow one; see dag/tiers.py)."""
         if self.tiers is None:
             return
-        auto = self.config.tier == "auto" and self.config.fast_tier is not None
-        estimate = self.input_bytes(stage, inputs, out) if auto else None
-        out.url = self.tiers.url_for(stage.name, estimate)
+        sink = stage.sink
+        sized = self.config.tier in ("auto", "hybrid") and self.config.fast_tier is not None
+        estimate = self.input_bytes(stage, inputs, out) if sized else None
+        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not sink.eager
+        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned)
         tier, why = self.tiers.chosen[stage.name]
         if self.config.fast_tier is not None:
             out.notes.append(f"exchange objects on the {tier} tier ({why})")

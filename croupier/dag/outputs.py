@@ -60,6 +60,8 @@ class Bound:
     prefix: str  # where levels 2..k go
     written: list[Written]  # what the senders of the last level reported
     last_prefix: str
+    done: int = 1  # levels already written (a hybrid exchange's rounds write both of its levels)
+    url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier)
 
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan

@@ -149,9 +149,7 @@ class DagRunner:
         self.exchanges.producer_plan(stage, inputs, out)
         specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
         tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
-        results = self._batcher.map(stage.name, tasks) if tasks else []
-        if tasks:
-            self._predict(stage.name)
+        results = self.exchanges.run_producers(stage, out, tasks)  # (a hybrid exchange: in rounds)
         for result in results:
             self._fold(out, result.value)
         out.seconds = time.perf_counter() - started

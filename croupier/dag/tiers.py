@@ -30,6 +30,7 @@ from croupier.storage.location import parse_location
 
 if TYPE_CHECKING:
     from croupier.dag.run import Run
+    from croupier.model.tier import TierChoice
 
 
 class Tiers:
@@ -38,7 +39,8 @@ class Tiers:
     State:
         slow_url: the run's temporaries on the slow store (canonical URL)
         fast_url: the run's prefix on the fast tier, once an exchange chose it (else None)
-        chosen:   per producer stage: (tier, why), for the report and explain
+        chosen:   per producer stage: (tier, why), for the report and explain ("hybrid r=...")
+        rounds:   per producer stage whose exchange is hybrid: the model's round
     """
 
     def __init__(self, run: Run, slow_url: str) -> None:
@@ -47,34 +49,47 @@ class Tiers:
         self.slow_url = slow_url
         self.fast_url: str | None = None
         self.chosen: dict[str, tuple[str, str]] = {}
+        self.rounds: dict[str, TierChoice] = {}
         self._lock = threading.Lock()
 
-    def url_for(self, stage: str, estimate: int | None) -> str:
-        """Where the exchange written by ``stage`` puts its objects (``estimate``: its bytes, if known)."""
-        tier, why = self.choose(estimate)
+    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False) -> str:
+        """Where the exchange written by ``stage`` (``senders`` producers) puts its level-1 objects
+        (``estimate``: its input bytes, if known; ``partitioned``: a partitioned exchange, the only
+        kind the hybrid serves). A hybrid exchange's producers write to the fast tier too; its
+        round is in :attr:`rounds`."""
+        choice = self.choose(estimate, senders, partitioned)
         with self._lock:
-            self.chosen[stage] = (tier, why)
-            if tier == "slow":
+            self.chosen[stage] = (choice.label, choice.why)
+            if choice.tier == "hybrid":
+                self.rounds[stage] = choice
+            if choice.tier == "slow":
                 return self.slow_url
-            if self.fast_url is None:
-                assert self.config.fast_tier is not None
-                self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
-            return self.fast_url
+            return self.fast()
 
-    def choose(self, estimate: int | None) -> tuple[str, str]:
-        """("slow" | "fast", why) for an exchange of ``estimate`` bytes."""
+    def fast(self) -> str:
+        """The run's prefix on the fast tier (opened, with a lease, the first time)."""
+        if self.fast_url is None:
+            assert self.config.fast_tier is not None
+            self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
+        return self.fast_url
+
+    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False) -> TierChoice:
+        """The tier for an exchange of ``estimate`` bytes from ``senders`` producers."""
+        from croupier.model.tier import TierChoice, choose, forced_hybrid
+
         config = self.config
         if config.fast_tier is None or config.tier == "slow":
-            return "slow", "no fast tier" if config.fast_tier is None else "tier forced: slow"
-        if config.tier == "fast":
-            return "fast", "tier forced: fast"
-        from croupier.model.tier import choose_tier
-
+            return TierChoice("slow", "no fast tier" if config.fast_tier is None else "tier forced: slow")
+        if config.tier == "fast" or (config.tier == "hybrid" and not partitioned):
+            return TierChoice("fast", "tier forced: fast" if config.tier == "fast" else "tier forced: hybrid; not a partitioned exchange: fast")
         try:
             free = self._free()
         except StorageError as exc:
-            return "slow", f"the fast tier is unreachable: {_first_line(str(exc))}"
-        return choose_tier(estimate, config, self.slow_url, free)
+            return TierChoice("slow", f"the fast tier is unreachable: {_first_line(str(exc))}")
+        if config.tier == "hybrid":
+            return forced_hybrid(estimate, config, senders, self.slow_url, free)
+        allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
+        return choose(estimate, config, self.slow_url, free, senders, allowed)
 
     def _free(self) -> int | None:
         """Bytes the fast tier has free now (None: no limit, or not a store that says)."""

@@ -1,0 +1,189 @@
+"""The hybrid multi-round exchange (Locus §3.4): the plan's objects and counts without storage, and
+sort and a group-by through a Redis too small for the exchange, byte-identical/equal to the slow
+tier, with each tier's requests equal to the plan's formula and nothing left on either tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+import croupier.frame as cf
+from croupier.compute import LocalExecutor
+from croupier.config import Config
+from croupier.errors import TaskError
+from croupier.exchange.hybrid import HybridPlan, per_round_for
+from croupier.exchange.plan import ExchangePlan
+from croupier.frame import col, count
+from croupier.jobs.gensort import gensort
+from croupier.jobs.sort import sort
+from croupier.jobs.valsort import valsort
+from croupier.model.profile import StorageProfile
+from croupier.model.tier import FastTierProfile, best, compare, hybrid_candidate
+from croupier.storage import open_store
+from croupier.testing import RedisServer
+from tests.conftest import leftover_tmp
+from tests.test_tiers import FAULT_CONFIG, fast_objects, same_output
+
+
+# --- the plan, without storage ------------------------------------------------------------------------
+
+
+def test_every_combiner_reads_its_round_and_every_consumer_every_round() -> None:
+    plan = HybridPlan.build(workers=3, senders=7, per_round=3, buckets=12, round_bytes=256 << 20)
+    assert plan.name == "hybrid r=256MiB" and plan.rounds == 3 and plan.levels == 2
+    assert [list(plan.round_producers(j)) for j in range(3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert (plan.tier(0), plan.tier(1)) == ("fast", "slow")
+    # every (producer, bucket) reaches exactly one combiner, of the producer's round and the bucket's partition
+    seen = set()
+    for c in range(plan.level_senders(1)):
+        for read in plan.reads(0, c):
+            assert plan.round_of(read.sender) == c // 3
+            for bucket in range(read.segment, read.segment_end):
+                assert plan.partition_of(bucket) == c % 3
+                seen.add((read.sender, bucket))
+    assert seen == {(s, b) for s in range(7) for b in range(12)}
+    # every consumer reads the run of its partition from every round, whole
+    for p in range(3):
+        reads = plan.reads(1, p)
+        assert [r.sender for r in reads] == [p, 3 + p, 6 + p] and not any(r.ranged for r in reads)
+        assert {r.key for r in reads} == {o.key for s in (p, 3 + p, 6 + p) for o in plan.writes(1, s)}
+    assert plan.round_keys(1) == ["l0/s00003", "l0/s00004", "l0/s00005"]
+
+
+def test_the_counts_are_the_formula_on_each_tier() -> None:
+    for m_all, m, p in ((7, 3, 3), (16, 4, 8), (5, 5, 2), (9, 1, 4)):
+        plan = HybridPlan.build(p, m_all, m)
+        r = -(-m_all // m)
+        assert plan.requests_by_tier() == {"fast": {"PUT": m_all, "GET": 0, "GET_RANGE": m_all * p}, "slow": {"PUT": r * p, "GET": r * p, "GET_RANGE": 0}}
+        assert plan.predicted_requests() == {"PUT": m_all + r * p, "GET": r * p, "GET_RANGE": m_all * p}
+        assert plan.delete_requests(1000) == r
+        # every object written is read, once per reader that the plan names
+        written = {o.key for lv in (0, 1) for s in range(plan.level_senders(lv)) for o in plan.writes(lv, s)}
+        read = {x.key for lv, n in ((0, plan.level_senders(1)), (1, p)) for w in range(n) for x in plan.reads(lv, w)}
+        assert written == read
+    with pytest.raises(ValueError, match="combined objects"):
+        HybridPlan(ExchangePlan.direct(3).topology, False, 4)
+
+
+def test_the_round_is_the_fast_capacity_in_whole_producers() -> None:
+    assert per_round_for(256e6, 1e9, 40) == 10 and per_round_for(10e6, 1e9, 40) == 0 and per_round_for(2e9, 1e9, 40) == 40
+    assert per_round_for(256e6, 1e9, 40, writers=2) == 8  # a share in flight per concurrent writer
+    slow = StorageProfile.load("seaweedfs-loopback")
+    fast = FastTierProfile.load("redis-loopback")
+    candidate, plan = hybrid_candidate(4e9, 8, 64, slow, fast, free=512 << 20)
+    assert plan is not None and candidate.fits and candidate.round_bytes * 1.3 <= 512 << 20
+    assert plan.per_round == candidate.per_round and plan.rounds == -(-64 // plan.per_round)
+    assert candidate.label.startswith("hybrid r=") and candidate.dominant
+    assert candidate.seconds > 0 and candidate.cost >= 0
+    candidates = {c.tier: c for c in compare(4e9, 8, slow, fast, free=512 << 20, senders=64)}
+    assert set(candidates) == {"slow", "fast", "hybrid"} and not candidates["fast"].fits
+    assert best(list(candidates.values()), "time", None).tier in ("slow", "hybrid")  # fast does not fit
+    # a fast tier that is fast enough and a slow store that is request-bound: the hybrid wins
+    s3, elasticache = StorageProfile.load("aws-s3"), FastTierProfile.load("aws-elasticache")
+    tight = compare(50e9, 64, s3, elasticache, free=8 << 30, senders=2000)
+    assert {c.tier for c in tight if c.fits} == {"slow", "hybrid"}
+    small, _ = hybrid_candidate(4e9, 8, 4, slow, fast, free=100 << 20)  # one producer's share (1 GB) does not fit
+    assert not small.fits
+
+
+# --- on a real Redis too small for the exchange ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[LocalExecutor]:
+    with LocalExecutor(Config(concurrency=2)) as ex:
+        yield ex
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """Redis capped at 6 MiB: a 4 MB exchange does not fit (with Redis' overheads), a round of it does."""
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        yield server
+
+
+def tier_requests(report, stage: str) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
+    """Requests on each tier, from the stage reports: the producer rounds and the combiners' reads
+    are on the fast tier, the combiners' writes and the consumers' reads on the slow one."""
+    fast = {"PUT": 0, "GET": 0, "GET_RANGE": 0}
+    slow = dict(fast)
+    for s in report.stages:
+        x = s.exchange
+        if s.name.startswith(f"{stage} round "):
+            fast["PUT"] += x.requests("PUT")
+        elif s.name.startswith(f"{stage} combine "):
+            fast["GET_RANGE"] += x.requests("GET_RANGE")
+            fast["GET"] += x.requests("GET")
+            slow["PUT"] += x.requests("PUT")
+        elif x.requests("GET") or x.requests("GET_RANGE"):
+            slow["GET"] += x.requests("GET")
+            slow["GET_RANGE"] += x.requests("GET_RANGE")
+    return {"fast": fast, "slow": slow}
+
+
+def test_sort_through_the_hybrid_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    slow = FAULT_CONFIG
+    hybrid = slow.with_(fast_tier=small_redis.url("h"), tier="hybrid")
+    gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=slow, executor=executor, seed=21)
+    reports = {}
+    for name, config in (("slow", slow), ("hybrid", hybrid)):
+        out = (tmp_path / name).as_uri()
+        reports[name] = sort((tmp_path / "in").as_uri(), out, 8, config, executor=executor, plan=ExchangePlan.direct(8))
+        result, _ = valsort(out, slow, (tmp_path / "in").as_uri(), executor=executor)
+        assert result.ok and result.records == 40_000, result.problems
+        assert leftover_tmp(out, slow) == []
+    same_output(tmp_path / "slow", tmp_path / "hybrid", slow)
+    report = reports["hybrid"]
+    free = open_store(small_redis.url(), slow).backend.free_memory()
+    assert free is not None and not FastTierProfile.load("redis-loopback").fits(4_000_000, free)  # fast-only would not fit
+    (entry,) = report.exchanges
+    assert entry["plan"].startswith("hybrid r=") and report.summary["tiers"]["map"].startswith("hybrid r="), entry
+    assert "fast_tier_spills" not in report.summary and "fast_tier_fallback" not in report.summary, report.summary
+    assert entry["rounds"] >= 2
+    assert tier_requests(report, "map") == entry["predicted_requests_by_tier"]
+    assert entry["measured_requests"] == entry["predicted_requests"]
+    assert fast_objects(small_redis.url()) == []
+
+
+def _table(n: int) -> pl.DataFrame:
+    rng = np.random.default_rng(5)
+    return pl.DataFrame({"id": np.arange(n, dtype=np.int64), "k": rng.integers(0, 97, n).astype(np.int64), "q": rng.integers(1, 9, n)})
+
+
+def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    table = _table(200_000)
+    (tmp_path / "facts").mkdir()
+    for i, part in enumerate(table.iter_slices(25_000)):
+        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
+    hybrid = slow.with_(fast_tier=small_redis.url("q"), tier="hybrid")
+    got = {}
+    for name, config in (("slow", slow), ("hybrid", hybrid)):
+        frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("id").agg(col("q").sum().alias("sq"), count().alias("n")).sort("id")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+        for entry in report.exchanges:  # every exchange moved exactly what its plan says
+            assert entry["measured_requests"] == {k: entry["predicted_requests"].get(k, 0) for k in entry["measured_requests"]}, entry
+    assert got["hybrid"].equals(got["slow"])
+    hybrids = [e for e in report.exchanges if e["plan"].startswith("hybrid")]
+    assert hybrids and all(e["rounds"] >= 2 for e in hybrids), report.exchanges
+    assert "fast_tier_fallback" not in report.summary
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_a_failed_hybrid_run_leaves_nothing_on_either_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    from tests.test_sort import FailingExecutor
+
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("f"), tier="hybrid")
+    with FailingExecutor(Config(concurrency=2), "reduce-1") as ex:
+        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex)
+        with pytest.raises(TaskError, match="injected failure in reduce-1"):
+            sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
+    assert leftover_tmp((tmp_path / "out").as_uri(), config) == []
+    assert fast_objects(small_redis.url()) == []
