@@ -187,3 +187,57 @@ def test_a_failed_hybrid_run_leaves_nothing_on_either_tier(tmp_path: Path, small
             sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
     assert leftover_tmp((tmp_path / "out").as_uri(), config) == []
     assert fast_objects(small_redis.url()) == []
+
+
+# --- the tier in the selector's search ------------------------------------------------------------------
+
+
+def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None:
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+    from croupier.model.selector import choose
+    from croupier.model.tier import TierOptions
+
+    slow = StorageProfile.load("seaweedfs-loopback")
+    fast = FastTierProfile.load("redis-loopback")
+    choice = choose(int(2e9), slow, concurrency=2, senders=16, buckets=64, tiers=TierOptions(fast, 512 << 20, writers=2))
+    tiers = {c.tier for c in choice.candidates}
+    assert tiers == {"slow", "hybrid"}  # 2 GB does not fit 512 MiB: no fast candidate
+    for c in choice.candidates:
+        if c.tier == "hybrid":
+            assert isinstance(c.plan, HybridPlan) and c.plan.rounds >= 2 and c.plan.round_bytes * 1.3 <= 512 << 20
+            names = {t.name for s in c.stages for t in s.terms}
+            assert {"fast-tier write bandwidth", "rounds start-up"} <= names or "fast-tier write throughput" in names, names
+    small = choose(int(50e6), slow, concurrency=2, senders=4, buckets=16, tiers=TierOptions(fast, 512 << 20, writers=2))
+    assert {c.tier for c in small.candidates} == {"slow", "fast"}  # fits: fast; one round: no hybrid
+    fast_pred = next(c for c in small.candidates if c.tier == "fast")
+    slow_pred = next(c for c in small.candidates if c.tier == "slow" and c.plan == fast_pred.plan)
+    assert fast_pred.stages[0].terms[:3] == slow_pred.stages[0].terms[:3]  # start-up, memory, compute: the same stage model
+    # a request-bound slow store (5 requests/s): few slow requests win, and the hybrid has the fewest
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    starved = replace(slow, read=crawl, write=crawl)
+    choice = choose(int(200e6), starved, concurrency=2, workers=8, senders=64, buckets=64, tiers=TierOptions(fast, 100 << 20, writers=2))
+    assert choice.best.tier == "hybrid" and choice.best.plan.rounds >= 2, choice.explain()
+    assert "hybrid r=" in choice.explain()
+
+
+def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    """A slow store profiled as request-bound (5 requests/s) and a 6 MiB Redis: auto's search over
+    tier x algorithm x P picks the hybrid; the sort is valid and leaves nothing behind."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"), workers=8)
+    gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=22)
+    report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
+    (entry,) = report.exchanges
+    assert entry["tier"].startswith("hybrid r=") and "the selector over tier x algorithm x P" in entry["tier_why"], report.summary.get("fast_tier_fallback")
+    assert "slow:" in entry["tier_why"] and "hybrid:" in entry["tier_why"]
+    assert entry["measured_requests"] == entry["predicted_requests"]
+    result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
+    assert result.ok and result.records == 40_000, result.problems
+    assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == [] and fast_objects(small_redis.url()) == []

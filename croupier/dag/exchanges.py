@@ -52,6 +52,8 @@ class Exchanges:
         self._predict = predict
         self._lock = threading.Lock()
         self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
+        if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
+            tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
         encoding = self.config.shuffle_encoding(tmp_url)
         self.records_format = encoding
         # "raw" is the records' own bytes; query rows travel as uncompressed Arrow instead
@@ -227,7 +229,7 @@ class Exchanges:
         n = max(1, out.tasks)
         hybrid = self.tiers.rounds.get(stage.name) if self.tiers is not None else None
         if hybrid is not None:
-            out.plan, out.early = self.hybrid_plan(stage, inputs, out, hybrid.per_round, hybrid.round_bytes), True
+            out.plan, out.early = self.hybrid_plan(stage, inputs, out, hybrid.per_round, hybrid.round_bytes, hybrid.workers), True
             out.notes.append(f"writes: {out.plan.describe()}")
             return
         if sink.plan is not None:
@@ -246,9 +248,10 @@ class Exchanges:
         buckets = self.binder.fine_buckets()
         out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
 
-    def hybrid_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput, per_round: int, round_bytes: int) -> HybridPlan:
-        """The hybrid plan of this producer stage: P bound now (a fixed plan's, the forced one, or
-        the selector's for the estimated bytes), B as the plan would have had."""
+    def hybrid_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput, per_round: int, round_bytes: int, chosen: int = 0) -> HybridPlan:
+        """The hybrid plan of this producer stage: P bound now (a fixed plan's, the forced one,
+        the one the tier search ``chosen``, or the selector's for the estimated bytes), B as the
+        plan would have had."""
         sink = stage.sink
         assert isinstance(sink, ExchangeSink)
         n = max(1, out.tasks)
@@ -257,7 +260,7 @@ class Exchanges:
         else:
             buckets = self.binder.fine_buckets()
             kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
-            workers = self.config.workers or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
+            workers = self.config.workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
             workers = min(workers, buckets)
         return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes)
 

@@ -22,7 +22,7 @@ slow tier (see :mod:`croupier.frame.lazy`), saying so in the report (``fast_tier
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from croupier.config import Config
 from croupier.errors import StorageError, StoreFullError
@@ -50,6 +50,9 @@ class Tiers:
         self.fast_url: str | None = None
         self.chosen: dict[str, tuple[str, str]] = {}
         self.rounds: dict[str, TierChoice] = {}
+        #: the selector over tier x algorithm x P: (exchange bytes, producers, TierOptions) -> Choice;
+        #: set by the exchanges (None: Locus' Table 3 comparison alone, croupier.model.tier.choose)
+        self.select: Callable[[int, int, Any], Any] | None = None
         self._lock = threading.Lock()
 
     def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False) -> str:
@@ -89,7 +92,12 @@ class Tiers:
         if config.tier == "hybrid":
             return forced_hybrid(estimate, config, senders, self.slow_url, free)
         allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
-        return choose(estimate, config, self.slow_url, free, senders, allowed)
+        if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
+            from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
+
+            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency)
+            return from_selection(self.select(exchange_estimate(estimate, config, self.slow_url), senders, options), options)
+        return choose(estimate, config, self.slow_url, free, senders, allowed)  # Locus Table 3 alone
 
     def _free(self) -> int | None:
         """Bytes the fast tier has free now (None: no limit, or not a store that says)."""

@@ -33,6 +33,7 @@ class Prediction:
     stages: tuple[StagePrediction, ...]
     requests: dict[str, int] = field(default_factory=dict)
     cost: float = 0.0
+    tier: str = "slow"  # where the exchange's objects go: "slow", "fast", "hybrid" (croupier.model.tier)
 
     @property
     def workers(self) -> int:
@@ -98,6 +99,18 @@ def predict(
     (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
     stage is left out — no plan can change it.
     """
+    facts = plan_facts(plan, data_bytes, producers_done, phases)
+    stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
+    p, m = plan.workers, plan.producers
+    requests = plan.predicted_requests()
+    requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + m, "GET_RANGE": requests["GET_RANGE"]}
+    prediction = Prediction(plan, data_bytes, stages, requests)
+    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile))
+
+
+def plan_facts(plan: ExchangePlan, data_bytes: int, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None) -> list[StageFacts]:
+    """What each stage of ``plan`` does on ``data_bytes`` (see :func:`predict`); stage i writes
+    level i (i < k) and fetches level i - 1 (i > 0)."""
     kinds = {**SORT_PHASES, **(phases or {})}
     p, m = plan.workers, plan.producers
     d = float(data_bytes)
@@ -108,17 +121,13 @@ def predict(
             continue
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
         role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
-        tasks = m if i == 0 else p
+        tasks = plan.level_senders(i) if i < plan.levels else p  # (a hybrid's level 2: R * P combiners)
         fetched = 0 if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
         reads = m if i == 0 else fetched
         writes = counts[i].puts if i < plan.levels else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
         write_bytes = d if writes else 0.0
         facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d, writes, write_bytes, fetched, d if fetched else 0.0))
-    stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
-    requests = plan.predicted_requests()
-    requests = {"PUT": requests["PUT"] + p, "GET": requests["GET"] + m, "GET_RANGE": requests["GET_RANGE"]}
-    prediction = Prediction(plan, data_bytes, stages, requests)
-    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile))
+    return facts
 
 
 def cost(prediction: Prediction, profile: StorageProfile) -> float:

@@ -310,6 +310,7 @@ class TierChoice:
     round_bytes: int = 0
     per_round: int = 0
     candidates: tuple[TierCandidate, ...] = ()
+    workers: int = 0  # the hybrid's P, when the selector chose it (0: bind P as usual)
 
     @property
     def label(self) -> str:
@@ -357,3 +358,158 @@ def choose_tier(estimate: int | None, config: Config, slow_url: str | None = Non
     """("slow" | "fast", why) for one exchange of ``estimate`` bytes under ``config`` ("auto")."""
     choice = choose(estimate, config, slow_url, free, allowed=("slow", "fast"))
     return choice.tier, choice.why
+
+
+# --- the tier in the per-stage model (the selector's tier x algorithm x P search) -----------------
+
+
+def fast_storage_profile(slow: StorageProfile, fast: FastTierProfile, flight: float) -> StorageProfile:
+    """The fast tier as a storage profile for the stage model, for ``flight`` requests in flight:
+    q_f requests/s at any size, b per stream capped by the server's b_f shared by the streams
+    (b_eff = min(b · C, b_f)); no read/write scale (they are fitted to the slow store)."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    per_stream = min(fast.function_bandwidth, fast.server_bandwidth / max(1.0, flight))
+    curve = Curve((1.0, 1e12), (fast.request_rate, fast.request_rate), (fast.request_rate, fast.request_rate))
+    return replace(slow, name=fast.name, read=curve, write=curve, read_bandwidth=per_stream, write_bandwidth=per_stream, read_scale=1.0, write_scale=1.0, max_streams=0)
+
+
+def level_tier(plan: Any, level: int, tier: str) -> str:
+    """The tier of the objects ``plan`` writes at ``level`` when its exchange runs on ``tier``."""
+    if tier == "hybrid":
+        return str(plan.tier(level))
+    return tier
+
+
+def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: FastTierProfile | None, tier: str, concurrency: int | None = None, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None) -> Any:
+    """The selector's prediction of ``plan`` with its exchange objects on ``tier``: the stages of
+    :func:`croupier.model.perf.plan_facts`, their exchange reads and writes on the fast tier
+    priced by :func:`fast_storage_profile` as their own terms ("fast-tier read ...", "fast-tier
+    write ..."), the rest (input, output, compute, start-up) as on the slow tier; a hybrid pays
+    one more start-up per round for its producers and its combiners. Cost adds the fast tier's
+    memory held (its capacity, or r for the hybrid) and its request charges."""
+    from dataclasses import replace
+
+    from croupier.model.perf import Prediction, cost as slow_cost, plan_facts, predict
+    from croupier.model.stage import StagePrediction, Term, predict_stage
+
+    if tier == "slow" or fast is None:
+        return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
+    facts = plan_facts(plan, data_bytes, producers_done, phases)
+    first = 1 if producers_done else 0
+    stages = []
+    for offset, f in enumerate(facts):
+        i = first + offset
+        writes_fast = i < plan.levels and level_tier(plan, i, tier) == "fast"
+        fetches_fast = i > 0 and level_tier(plan, i - 1, tier) == "fast"
+        slow_part = replace(
+            f,
+            reads=f.reads - (f.exchange_reads if fetches_fast else 0),
+            read_bytes=f.read_bytes - (f.exchange_read_bytes if fetches_fast else 0.0),
+            exchange_reads=0 if fetches_fast else f.exchange_reads,
+            exchange_read_bytes=0.0 if fetches_fast else f.exchange_read_bytes,
+            writes=0 if writes_fast else f.writes,
+            write_bytes=0.0 if writes_fast else f.write_bytes,
+        )
+        fast_part = replace(
+            f,
+            phases={},
+            calls={},
+            reads=f.exchange_reads if fetches_fast else 0,
+            read_bytes=f.exchange_read_bytes if fetches_fast else 0.0,
+            exchange_reads=f.exchange_reads if fetches_fast else 0,
+            exchange_read_bytes=f.exchange_read_bytes if fetches_fast else 0.0,
+            writes=f.writes if writes_fast else 0,
+            write_bytes=f.write_bytes if writes_fast else 0.0,
+        )
+        full = predict_stage(slow_part, slow, concurrency)
+        moved = ("read",) * fetches_fast + ("write",) * writes_fast  # their slow terms are 0 now: leave them out
+        base = replace(full, terms=tuple(t for t in full.terms if not (t.name.startswith(moved) and not t.seconds)) if moved else full.terms)
+        c = max(1, min(max(1, f.tasks), concurrency or slow.concurrency))
+        on_fast = predict_stage(fast_part, fast_storage_profile(slow, fast, c), concurrency)
+        extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write")) and t.seconds)
+        terms = base.terms + extra
+        if tier == "hybrid" and i < 2 and plan.rounds > 1:  # the rounds: one stage start-up more per round
+            startup = base.terms[0]
+            terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
+        spread = dict(base.spread)
+        total = sum(t.seconds for t in terms)
+        stages.append(StagePrediction(base.name, terms, spread, slow.residual * total))
+    p, m = plan.workers, plan.producers
+    counted = plan.predicted_requests()
+    requests = {"PUT": counted["PUT"] + p, "GET": counted["GET"] + m, "GET_RANGE": counted["GET_RANGE"]}
+    on_slow = dict(requests)
+    fast_requests = 0
+    for level, count in enumerate(plan.counts(data_bytes)):
+        if level_tier(plan, level, tier) == "fast":
+            on_slow["PUT"] -= count.puts
+            on_slow["GET"] -= count.gets
+            on_slow["GET_RANGE"] -= count.ranged_gets
+            fast_requests += count.puts + count.gets + count.ranged_gets
+    draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
+    held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
+    usd = slow_cost(draft, slow) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
+    return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
+
+
+@dataclass(frozen=True)
+class TierOptions:
+    """What the selector needs to put tier candidates beside the slow ones: the fast tier's
+    profile, its free bytes now, the tiers allowed for this exchange, and how many producers write
+    at once (their writes in flight take fast memory too, see :func:`per_round_for`)."""
+
+    fast: FastTierProfile
+    free: float | None = None
+    allowed: tuple[str, ...] = ("slow", "fast", "hybrid")
+    writers: int = 0
+
+
+def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
+    """The fast-tier prediction of every plan (if the exchange fits) and, per P, the hybrid whose
+    round r is the fast tier's usable memory in whole producers (when that makes 2 rounds or more)."""
+    out = []
+    fast = options.fast
+    if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
+        in_flight = options.writers * data_bytes / max(1, senders or 1)
+        fitting = [plan for plan in plans if fast.fits(data_bytes * plan.levels + in_flight, options.free)]
+        out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
+    if "hybrid" in options.allowed:
+        for p in sorted({plan.workers for plan in plans}):
+            m_all = senders or p
+            m = per_round_for(fast.usable(options.free), data_bytes, m_all, options.writers)
+            if 1 <= m < m_all and (buckets is None or p <= buckets):
+                plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(data_bytes * m / m_all))
+                out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
+    return out
+
+
+def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoice:
+    """The tier the selector's tier x algorithm x P search chose (see
+    :func:`croupier.model.selector.choose` with ``tiers``), with the best candidate of each tier
+    and its dominant term as the reason."""
+    best_of: dict[str, Any] = {}
+    for c in sorted(choice.candidates, key=lambda c: (c.seconds, c.cost) if choice.objective == "time" else (c.cost, c.seconds)):
+        best_of.setdefault(c.tier, c)
+    winner = choice.best
+    parts = []
+    for tier, c in best_of.items():
+        d = c.dominant()
+        parts.append(f"{tier}: {c.plan.name} P={c.workers} {c.seconds:.3f} s, ${c.cost:.6f}, dominated by {d.name}")
+    if options is not None:  # the tiers with no candidate, and why
+        room = f"{compact_bytes(options.fast.usable(options.free))} usable"
+        if "fast" in options.allowed and "fast" not in best_of:
+            parts.append(f"fast: does not fit ({room})")
+        if "hybrid" in options.allowed and "hybrid" not in best_of:
+            parts.append(f"hybrid: no round of whole producers fits or it fits in one ({room})")
+    why = f"auto, {choice.objective}, ~{choice.data_bytes / (1 << 20):,.0f} MiB to move; the selector over tier x algorithm x P ({len(choice.candidates)} candidates), best of each tier: " + "; ".join(parts)
+    candidates = tuple(TierCandidate(c.tier, c.seconds, c.cost, True, getattr(c.plan, "round_bytes", 0), getattr(c.plan, "per_round", 0), c.dominant().name) for c in best_of.values())
+    plan = winner.plan
+    if winner.tier == "hybrid":
+        return TierChoice("hybrid", why, plan.round_bytes, plan.per_round, candidates, plan.workers)
+    return TierChoice(winner.tier, why, candidates=candidates)
+
+
+def format_size(n: float) -> str:
+    return compact_bytes(n)
