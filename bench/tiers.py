@@ -103,7 +103,8 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     row["predicted_exchange_seconds"] = round(table3, 3)
     measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]
     row["model_error"] = round(abs(table3 - measured) / measured, 3)
-    staged = predict_on_tier(plan, int(row["size"]), slow, fast, used, concurrency).seconds  # D as the selector sees it: records x 100  # type: ignore[call-overload]
+    size = int(row["size"])  # type: ignore[call-overload]
+    staged = predict_on_tier(plan, size, slow, fast, used, concurrency).seconds  # D as the selector sees it: records x 100
     row["stage_model_seconds"] = round(staged, 3)
     walls = max(1e-6, float(row["exchange_seconds"]))  # type: ignore[arg-type]
     row["stage_model_error"] = round(abs(staged - walls) / walls, 3)

@@ -241,3 +241,30 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
     result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
     assert result.ok and result.records == 40_000, result.problems
     assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == [] and fast_objects(small_redis.url()) == []
+
+
+def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) -> None:
+    """Redis dies as round 2's combiners start: round 2's objects are gone, so only round 2's
+    producers run again (to the slow tier); later rounds spill; the sort is right, nothing is left."""
+    from tests.test_tiers import KillingExecutor
+
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("k"), tier="hybrid")
+        with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
+            gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=23)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=ExchangePlan.direct(8))
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 20_000, result.problems
+        assert "fast_tier_fallback" not in report.summary  # not the whole job again
+        (entry,) = report.exchanges
+        (lost,) = report.summary["fast_tier_reruns"]["map"]
+        assert lost.startswith("round 2:") and "ran again" in lost
+        rounds = [s.name for s in report.stages if s.name.startswith("map round")]
+        assert "map round 2/%d again" % entry["rounds"] in rounds and not any(r.startswith("map round 1/") and r.endswith("again") for r in rounds)
+        again = report.stage("map round 2/%d again" % entry["rounds"])
+        assert again.tasks == len(HybridPlan.build(8, 8, -(-8 // entry["rounds"])).round_producers(1))
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()  # a killed Redis comes back empty
+        assert fast_objects(server.url()) == []

@@ -21,9 +21,9 @@ from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
 from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
-from croupier.dag.task import ExchangeRead, ScanRead, run_level
-from croupier.dag.tiers import Tiers
-from croupier.errors import ConfigError
+from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level
+from croupier.dag.tiers import Tiers, fast_tier_failure
+from croupier.errors import ConfigError, CroupierError, StorageError
 from croupier.exchange import move
 from croupier.exchange.hybrid import HybridPlan
 from croupier.exchange.move import Fetch, Written
@@ -283,29 +283,52 @@ class Exchanges:
         where: list[str] = [""] * plan.producers
         merged: list[Written] = [None] * plan.level_senders(1)
         for j in range(plan.rounds):
-            label = f"{stage.name} round {j + 1}/{plan.rounds}"
             producers = plan.round_producers(j)
-            got = self._batcher.map(label, tasks[producers.start : producers.stop])
-            self._predict(label)
-            results += got
+            round_tasks = tasks[producers.start : producers.stop]
+            got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
             for s, result in zip(producers, got):
                 written[s], where[s] = result.value["written"], result.value.get("url", "")
-            urls = [w or fast for w in where]
-            combine: list[Task] = []
-            for c in plan.round_combiners(j):
-                fetches = tuple(move.fetches_for(plan, 0, c, written, out.prefix, urls))
-                inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch else ()
-                args = (slow, plan, 1, c, fetches, self.config.request_timeout, runs, f"x:{stage.name}")
-                combine.append(Task(f"{stage.name}-C{j + 1}-{c % plan.workers}", run_level, args, inputs=inputs))
-            label = f"{stage.name} combine {j + 1}/{plan.rounds}"
-            for c, result in zip(plan.round_combiners(j), self._batcher.map(label, combine)):
-                merged[c] = result.value["written"]
-            self._predict(label)
-            on_fast = [out.prefix + k for s in producers if not where[s] for k in (o.key for o in plan.writes(0, s))]
-            self.run.store(fast).delete(on_fast)  # the fast tier holds one round at most
+            try:
+                self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, "")
+            except CroupierError as exc:  # the fast tier lost the round: re-run its producers (only those) to the slow tier
+                reason = fast_tier_failure(exc, self.config)
+                if reason is None:
+                    raise
+                got = self._round(f"{stage.name} round {j + 1}/{plan.rounds} again", [_to_slow(t, slow) for t in round_tasks])
+                for s, result in zip(producers, got):
+                    written[s], where[s] = result.value["written"], slow
+                self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, " again")
+                out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
+            results += got
+            on_fast = [out.prefix + o.key for s in producers if not where[s] for o in plan.writes(0, s)]
+            try:
+                self.run.store(fast).delete(on_fast)  # the fast tier holds one round at most
+            except StorageError:
+                pass  # (a dead fast tier lost them anyway; the run's cleanup tries again and reports it)
         with self._lock:
             self._merged[id(out)] = (merged, runs, slow)
         return results
+
+    def _round(self, label: str, tasks: list[Task]) -> list[TaskResult]:
+        results = self._batcher.map(label, tasks)
+        self._predict(label)
+        return results
+
+    def _combine(self, stage: Stage, plan: HybridPlan, j: int, written: list[Written], urls: list[str], runs: str, merged: list[Written], again: str) -> None:
+        """Round ``j``'s P combiners: each reads its partition of the round's producers (from
+        ``urls``: the fast tier, or the slow one for producers that spilled) and writes its run to
+        the slow tier under ``runs``."""
+        slow = self.tmp_url
+        combine: list[Task] = []
+        for c in plan.round_combiners(j):
+            fetches = tuple(move.fetches_for(plan, 0, c, written, f"{stage.name}/", urls))
+            inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch else ()
+            args = (slow, plan, 1, c, fetches, self.config.request_timeout, runs, f"x:{stage.name}")
+            combine.append(Task(f"{stage.name}-C{j + 1}{again.strip()[:1]}-{c % plan.workers}", run_level, args, inputs=inputs))
+        label = f"{stage.name} combine {j + 1}/{plan.rounds}{again}"
+        for c, result in zip(plan.round_combiners(j), self._batcher.map(label, combine)):
+            merged[c] = result.value["written"]
+        self._predict(label)
 
     def choose_tier(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
         """Where this stage's exchange objects go (the slow or the fast tier, or rounds through the
@@ -341,3 +364,10 @@ class Exchanges:
         for entry in self.run.report.exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
 
+
+
+def _to_slow(task: Task, slow: str) -> Task:
+    """A producer task again, writing its exchange objects straight to the slow tier ``slow``."""
+    (spec,) = task.args
+    assert isinstance(spec, TaskSpec) and isinstance(spec.write, ExchangeWrite)
+    return replace(task, id=f"{task.id}-again", args=(replace(spec, write=replace(spec.write, url=slow, fallback="")),))

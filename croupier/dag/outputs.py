@@ -38,6 +38,7 @@ class StageOutput:
     url: str = ""  # where its exchange objects are (slow or fast tier); "" = the run's temporaries
     where: list[str] = field(default_factory=list)  # per sender: the store it wrote to instead ("" = url)
     fell_back: list[str] = field(default_factory=list)  # why senders fell back to the slow tier
+    lost: list[str] = field(default_factory=list)  # hybrid rounds the fast tier lost, re-run to the slow tier
 
     @property
     def prefix(self) -> str:

@@ -121,6 +121,9 @@ class DagRunner:
         spilled = {o.stage.name: len(o.fell_back) for o in self.outputs if o.fell_back}
         if spilled:  # producers whose fast-tier writes failed and went to the slow tier instead
             self.run.report.summary["fast_tier_spills"] = {"senders": spilled, "first_error": next(o.fell_back[0] for o in self.outputs if o.fell_back)}
+        lost = {o.stage.name: o.lost for o in self.outputs if o.lost}
+        if lost:  # hybrid rounds whose fast-tier objects vanished: only their producers ran again
+            self.run.report.summary["fast_tier_reruns"] = lost
         self.profiles.learn(self.run.report)  # the run's stages refine a self-calibrated profile
 
     def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource | UnionSource) -> int:

@@ -1,22 +1,31 @@
 """Which tier an exchange's intermediate objects go to: the run's temporaries on the slow store,
-or a run-scoped prefix on the fast tier (Locus §3.3: a small Redis beside object storage).
+a run-scoped prefix on the fast tier (Locus §3.3: a small Redis beside object storage), or rounds
+through the fast tier with runs on the slow one (Locus §3.4, :mod:`croupier.exchange.hybrid`).
 
 ::
 
-    producer stage ──Tiers.url_for(estimate)──> slow: <tmp base>/_croupier_tmp/<run>/
-                                               fast: <fast tier>/_croupier_tmp/<run>/  (opened once, with a lease)
+    producer stage ──Tiers.url_for(estimate)──> slow:   <tmp base>/_croupier_tmp/<run>/
+                                               fast:   <fast tier>/_croupier_tmp/<run>/  (opened once, with a lease)
+                                               hybrid: producers write the fast prefix, round by
+                                                       round; combiners write runs to the slow one
 
-The choice is made per exchange, before its producers write (``Config.tier``: "slow", "fast", or
-"auto": the model of :mod:`croupier.model.tier`). Every reader of the exchange (levels 2..k, the
-consumers, the driver) reads where its producers wrote (``StageOutput.url``). The fast prefix is a
-temporary of the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
+The choice is made per exchange, before its producers write (``Config.tier``: "slow", "fast",
+"hybrid", or "auto": the selector's search over tier x algorithm x P, see
+:func:`croupier.model.selector.choose` with ``tiers``; Locus' Table 3 alone,
+:func:`croupier.model.tier.choose`, when no selector is attached). A hybrid choice carries its
+round (producers per round, r) in :attr:`Tiers.rounds`; the exchanges build the
+:class:`~croupier.exchange.hybrid.HybridPlan` from it and run the rounds. Every reader of the
+exchange (levels 2..k, the consumers, the driver) reads where its producers wrote
+(``StageOutput.url``; a hybrid's consumers read the slow tier). The fast prefix is a temporary of
+the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
 slow tier instead, and its readers read them there (``StageOutput.where``; the report's
 ``summary["fast_tier_spills"]``). Anything else the fast tier fails — objects lost with a killed
-server, a level 2..k write, eager consumers — fails the run with errors naming the fast tier;
-:func:`fast_tier_failure` recognises those, and the query front end runs the job once more on the
-slow tier (see :mod:`croupier.frame.lazy`), saying so in the report (``fast_tier_fallback``).
+server, a level 2..k write, eager consumers, a hybrid's combiners — fails the run with errors
+naming the fast tier; :func:`fast_tier_failure` recognises those, and the query front end runs
+the job once more on the slow tier (see :mod:`croupier.frame.lazy`), saying so in the report
+(``fast_tier_fallback``).
 """
 
 from __future__ import annotations
