@@ -205,7 +205,9 @@ class Config:
                          temporaries, as without a fast tier), "fast" (every exchange on
                          ``fast_tier``; falls back to the slow tier if the fast one fills up or
                          dies), "hybrid" (Locus' multi-round exchange: rounds of r bytes through
-                         ``fast_tier``, runs on the slow tier; see croupier.exchange.hybrid), or
+                         ``fast_tier``, runs on the slow tier; see croupier.exchange.hybrid),
+                         "levels" (MinFlow's memory levels: alternate levels of a multi-level
+                         exchange on ``fast_tier``; see croupier.exchange.levels), or
                          "auto" (the default: per exchange, the tier the model predicts best among
                          those that fit, see croupier.model.tier)
     fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
@@ -280,7 +282,7 @@ class Config:
             if location.is_local:
                 raise ConfigError(f"fast_tier must be a Redis store (redis://host:port[/db]/prefix), got {self.fast_tier!r}")
             object.__setattr__(self, "fast_tier", str(location))
-        elif self.tier in ("fast", "hybrid"):
+        elif self.tier in ("fast", "hybrid", "levels"):
             raise ConfigError(f"tier {self.tier!r} needs a fast tier: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...))")
 
     def _check_forcing(self) -> None:
@@ -339,7 +341,7 @@ class Config:
 
 
 #: What ``Config.tier`` may be.
-TIERS = ("auto", "slow", "fast", "hybrid")
+TIERS = ("auto", "slow", "fast", "hybrid", "levels")
 
 #: Exchange algorithm families, as explain prints them.
 ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc")

@@ -210,7 +210,11 @@ def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None
             names = {t.name for s in c.stages for t in s.terms}
             assert {"fast-tier write bandwidth", "rounds start-up"} <= names or "fast-tier write throughput" in names, names
     small = choose(int(50e6), slow, concurrency=2, senders=4, buckets=16, tiers=TierOptions(fast, 512 << 20, writers=2))
-    assert {c.tier for c in small.candidates} == {"slow", "fast"}  # fits: fast; one round: no hybrid
+    assert {c.tier for c in small.candidates} == {"slow", "fast", "levels"}  # fits: fast and memory levels; one round: no hybrid
+    for c in small.candidates:
+        if c.tier == "levels":  # the multi-level plans, their 2nd level in memory, its terms on the fast tier
+            assert c.plan.levels > 1 and "in memory" in c.plan.name
+            assert any(t.name.startswith("fast-tier") for s in c.stages for t in s.terms)
     fast_pred = next(c for c in small.candidates if c.tier == "fast")
     slow_pred = next(c for c in small.candidates if c.tier == "slow" and c.plan == fast_pred.plan)
     assert fast_pred.stages[0].terms[:3] == slow_pred.stages[0].terms[:3]  # start-up, memory, compute: the same stage model
@@ -268,3 +272,64 @@ def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) 
         assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
         server.restart()  # a killed Redis comes back empty
         assert fast_objects(server.url()) == []
+
+
+# --- memory levels (MinFlow): alternate levels of a multi-level exchange on the fast tier ------------------
+
+
+def test_a_levels_plan_alternates_and_counts_by_tier() -> None:
+    from croupier.exchange.levels import LevelsPlan
+    from croupier.exchange.topology import Topology
+
+    plan = LevelsPlan.alternate(ExchangePlan(Topology((2, 2, 2)), False, 8))
+    assert plan.fast_levels == (1,) and [plan.tier(i) for i in range(3)] == ["slow", "fast", "slow"]
+    assert plan.name == "2-level 2x2x2, level 2 in memory".replace("2-level", "3-level")
+    by_tier = plan.requests_by_tier()
+    assert by_tier["fast"] == {"PUT": 16, "GET": 16, "GET_RANGE": 0} and by_tier["slow"] == {"PUT": 32, "GET": 32, "GET_RANGE": 0}
+    with pytest.raises(ValueError, match="alternate"):
+        LevelsPlan(Topology((2, 2, 2)), False, None, None, (1, 2))
+
+
+def test_sort_with_a_memory_level_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    from croupier.exchange.topology import Topology
+
+    slow = FAULT_CONFIG
+    levels = slow.with_(fast_tier=small_redis.url("l"), tier="levels")
+    gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=slow, executor=executor, seed=24)
+    plan = ExchangePlan(Topology((4, 2)), False)
+    reports = {}
+    for name, config in (("slow", slow), ("levels", levels)):
+        out = (tmp_path / name).as_uri()
+        reports[name] = sort((tmp_path / "in").as_uri(), out, 8, config, executor=executor, plan=plan)
+        assert valsort(out, slow, (tmp_path / "in").as_uri(), executor=executor)[0].ok
+        assert leftover_tmp(out, slow) == []
+    same_output(tmp_path / "slow", tmp_path / "levels", slow)
+    report = reports["levels"]
+    (entry,) = report.exchanges
+    assert entry["plan"] == "2-level 4x2, level 2 in memory" and report.summary["tiers"] == {"map": "levels"}, entry
+    x = {s.name: s.exchange for s in report.stages}
+    measured = {
+        "slow": {"PUT": x["map"].requests("PUT"), "GET": x["reduce level 2"].requests("GET"), "GET_RANGE": 0},
+        "fast": {"PUT": x["reduce level 2"].requests("PUT"), "GET": x["reduce"].requests("GET"), "GET_RANGE": 0},
+    }
+    assert measured == entry["predicted_requests_by_tier"] and entry["measured_requests"] == entry["predicted_requests"]
+    assert fast_objects(small_redis.url()) == []
+
+
+def test_group_by_with_a_memory_level_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    table = _table(60_000)
+    (tmp_path / "facts").mkdir()
+    for i, part in enumerate(table.iter_slices(15_000)):
+        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=4, algorithm="2-level+wc")
+    levels = slow.with_(fast_tier=small_redis.url("g"), tier="levels")
+    got = {}
+    for name, config in (("slow", slow), ("levels", levels)):
+        frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n")).sort("k")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+        for entry in report.exchanges:
+            assert entry["measured_requests"] == {k: entry["predicted_requests"].get(k, 0) for k in entry["measured_requests"]}, entry
+    assert got["levels"].equals(got["slow"])
+    assert any("in memory" in e["plan"] for e in report.exchanges), [e["plan"] for e in report.exchanges]
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []

@@ -26,6 +26,7 @@ from croupier.dag.tiers import Tiers, fast_tier_failure
 from croupier.errors import ConfigError, CroupierError, StorageError
 from croupier.exchange import move
 from croupier.exchange.hybrid import HybridPlan
+from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.move import Fetch, Written
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
@@ -139,12 +140,19 @@ class Exchanges:
             assert isinstance(plan, ExchangePlan)
             if plan.workers != template.workers:
                 raise ConfigError(f"stage {stage.name!r}: inputs partitioned {plan.workers} and {template.workers} ways cannot be joined partition-wise")
+            if self.memory_levels(producer) and plan.levels > 1 and not isinstance(plan, (HybridPlan, LevelsPlan)):
+                plan = LevelsPlan.alternate(plan)  # MinFlow: alternate levels in the fast tier
             bound[name] = self.bound(producer, replace(template, plan=plan))
         self.run_levels(stage, list(bound.values()))
         for b in bound.values():
             out.notes.append(f"reads {b.producer.stage.name}: {format_bytes(b.producer.bytes)} -> {b.decision.how}")
             self.record_exchange(stage, b)
         return bound
+
+    def memory_levels(self, producer: StageOutput) -> bool:
+        """Whether ``producer``'s exchange runs with memory levels (its tier is "levels")."""
+        chosen = self.tiers.chosen.get(producer.stage.name) if self.tiers is not None else None
+        return chosen is not None and chosen[0] == "levels"
 
     def bind_broadcast(self, producer: StageOutput, consumers: int, out: StageOutput) -> Bound:
         decision = self.binder.broadcast(producer.bytes, producer.tasks, consumers)
@@ -175,9 +183,9 @@ class Exchanges:
                 if level >= plan.levels or level < b.done:  # (a hybrid's level 2 ran in its rounds)
                     continue
                 wait = self.config.request_timeout
-                url = b.producer.url or self.tmp_url
+                url, urls = self.level_urls(b, level)
                 for w in range(plan.workers):
-                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, b.urls))
+                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
                     inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
                     args = (url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
                     tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
@@ -189,7 +197,42 @@ class Exchanges:
                 fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
             for b in bounds:
                 if id(b) in fresh:
+                    self.free_level(b, level - 1)
                     b.written, b.last_prefix = fresh[id(b)], b.prefix
+                    if isinstance(b.decision.plan, LevelsPlan):
+                        b.url = self.level_url(b, level)
+
+    def level_url(self, b: Bound, level: int) -> str:
+        """The store the objects of ``level`` of ``b`` go to (memory levels: fast or slow)."""
+        plan = b.decision.plan
+        slow = b.producer.url or self.tmp_url
+        if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast":
+            assert self.tiers is not None
+            return self.tiers.fast()
+        return slow
+
+    def level_urls(self, b: Bound, level: int) -> tuple[str, list[str]]:
+        """(where ``level``'s tasks write, where each sender of ``level - 1`` wrote)."""
+        plan = b.decision.plan
+        if not isinstance(plan, LevelsPlan):
+            return b.producer.url or self.tmp_url, b.urls
+        before = self.level_url(b, level - 1)
+        senders = plan.level_senders(level - 1)
+        urls = [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
+        return self.level_url(b, level), urls
+
+    def free_level(self, b: Bound, level: int) -> None:
+        """Delete a memory level's objects once the next level read them: the fast tier holds one
+        level at a time (a failure to delete is left to the run's cleanup)."""
+        plan = b.decision.plan
+        if not isinstance(plan, LevelsPlan) or plan.tier(level) != "fast":
+            return
+        prefix = b.last_prefix
+        keys = [prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
+        try:
+            self.run.store(self.level_url(b, level)).delete(keys)
+        except StorageError:
+            pass
 
     def record_exchange(self, consumer: Stage, bound: Bound) -> None:
         """Keep the binding (with the candidates the selector compared) for the run report."""
@@ -207,9 +250,9 @@ class Exchanges:
         chosen = self.tiers.chosen.get(bound.producer.stage.name) if self.tiers is not None else None
         if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
             entry["tier"], entry["tier_why"] = chosen
-        if isinstance(decision.plan, HybridPlan):  # the requests of each tier, as the plan counts them
+        if isinstance(decision.plan, (HybridPlan, LevelsPlan)):  # the requests of each tier, as the plan counts them
             entry["predicted_requests_by_tier"] = decision.plan.requests_by_tier()
-            entry["rounds"] = decision.plan.rounds
+            entry["rounds"] = getattr(decision.plan, "rounds", 0)
         if decision.choice is not None:
             ranked = sorted(decision.choice.candidates, key=lambda c: (c.seconds, c.cost))[:8]
             entry["predicted_seconds"] = decision.choice.best.seconds

@@ -62,7 +62,7 @@ class Bound:
     written: list[Written]  # what the senders of the last level reported
     last_prefix: str
     done: int = 1  # levels already written (a hybrid exchange's rounds write both of its levels)
-    url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier)
+    url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier; a memory level: the fast one)
 
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan

@@ -74,7 +74,7 @@ class Tiers:
             self.chosen[stage] = (choice.label, choice.why)
             if choice.tier == "hybrid":
                 self.rounds[stage] = choice
-            if choice.tier == "slow":
+            if choice.tier in ("slow", "levels"):  # (memory levels: the producers write to the slow tier)
                 return self.slow_url
             return self.fast()
 
@@ -100,7 +100,9 @@ class Tiers:
             return TierChoice("slow", f"the fast tier is unreachable: {_first_line(str(exc))}")
         if config.tier == "hybrid":
             return forced_hybrid(estimate, config, senders, self.slow_url, free)
-        allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
+        if config.tier == "levels":
+            return TierChoice("levels" if partitioned else "slow", "tier forced: levels" + ("" if partitioned else "; not a partitioned exchange: slow"))
+        allowed = ("slow", "fast", "hybrid", "levels") if partitioned else ("slow", "fast")
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
             from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
 

@@ -378,7 +378,7 @@ def fast_storage_profile(slow: StorageProfile, fast: FastTierProfile, flight: fl
 
 def level_tier(plan: Any, level: int, tier: str) -> str:
     """The tier of the objects ``plan`` writes at ``level`` when its exchange runs on ``tier``."""
-    if tier == "hybrid":
+    if tier in ("hybrid", "levels"):
         return str(plan.tier(level))
     return tier
 
@@ -450,6 +450,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
             fast_requests += count.puts + count.gets + count.ranged_gets
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
     held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
+    held = data_bytes * MEMORY_OVERHEAD if tier == "levels" else held
     usd = slow_cost(draft, slow) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
 
@@ -462,7 +463,7 @@ class TierOptions:
 
     fast: FastTierProfile
     free: float | None = None
-    allowed: tuple[str, ...] = ("slow", "fast", "hybrid")
+    allowed: tuple[str, ...] = ("slow", "fast", "hybrid", "levels")
     writers: int = 0
 
 
@@ -475,6 +476,10 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
         in_flight = options.writers * data_bytes / max(1, senders or 1)
         fitting = [plan for plan in plans if fast.fits(data_bytes * plan.levels + in_flight, options.free)]
         out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
+    if "levels" in options.allowed and fast.fits(data_bytes + options.writers * data_bytes / max(1, senders or 1), options.free):
+        from croupier.exchange.levels import LevelsPlan  # MinFlow: alternate levels in memory (one level at a time on the fast tier)
+
+        out += [predict_on_tier(LevelsPlan.alternate(plan), data_bytes, slow, fast, "levels", concurrency, producers_done, phases) for plan in plans if plan.levels > 1]
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):
             m_all = senders or p
