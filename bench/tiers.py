@@ -9,7 +9,8 @@ them (croupier.model.tier.predict_on_tier, the selector's own model), the exchan
 (its write and read phases' request seconds over the functions running at once: what Table 3
 models) and Locus' Table 3 prediction of it (2 max(R/q, S/b_eff); the hybrid row R T_rnd + T_mrg),
 their errors, and the selector's regret (auto's wall time over the fastest of slow, fast, hybrid).
-Profiles: shipped seaweedfs-loopback and redis-loopback. Memory levels are not implemented: not run.
+With ``levels``: a 2-level plan whose second level is held in Redis (MinFlow's memory levels).
+Profiles: shipped seaweedfs-loopback and redis-loopback.
 
     python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--json out.json]
 
@@ -31,6 +32,7 @@ from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.model.profile import StorageProfile
 from croupier.exchange.hybrid import HybridPlan
+from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
 from croupier.model.tier import FastTierProfile, compare, hybrid_terms, predict_on_tier
@@ -48,9 +50,10 @@ FAST_MEMORY = 512 << 20
 def run_one(root: str, size: int, tier: str, config: Config, workers: int | None) -> dict[str, object]:
     """One sort of the input at ``root/in`` with ``tier``; its measurements."""
     out = f"{root}/out-{tier}"
-    report = sort(f"{root}/in", out, workers, config.with_(tier=tier))
+    forced = {"algorithm": "2-level"} if tier == "levels" else {}  # memory levels need a multi-level plan
+    report = sort(f"{root}/in", out, workers, config.with_(tier=tier, **forced))
     open_store(out, config).delete_prefix()
-    stages = [s for s in report.stages if s.name in ("map", "reduce") or s.name.startswith(("map round ", "map combine "))]
+    stages = [s for s in report.stages if s.name in ("map", "reduce", "reduce level 2") or s.name.startswith(("map round ", "map combine "))]
     exchange = sum(s.wall_seconds for s in stages)
     (entry,) = report.exchanges
     # the exchange's own request time (what Table 3 models): its write and read phases' request
@@ -78,6 +81,9 @@ def run_one(root: str, size: int, tier: str, config: Config, workers: int | None
 def plan_of(row: dict[str, object]) -> ExchangePlan:
     """The plan a run used, from its report entry (name, P, M, rounds)."""
     name, p, m = str(row["plan"]), int(row["workers"]), int(row["producers"])  # type: ignore[call-overload]
+    if "in memory" in name:
+        base = ExchangePlan(Topology.parse(name.split(",")[0].removesuffix("+wc").split(" ")[-1]), name.split(",")[0].endswith("+wc"), m)
+        return LevelsPlan.alternate(base)
     if name.startswith("hybrid"):
         rounds = max(1, int(row["rounds"]))  # type: ignore[call-overload]
         return HybridPlan.build(p, m, -(-m // rounds))
@@ -96,6 +102,9 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     if used == "hybrid":
         assert isinstance(plan, HybridPlan)
         table3 = hybrid_terms(plan, nbytes, slow, fast).seconds
+    elif used == "levels":  # Table 3 per level: every level writes and reads all S bytes on its tier
+        slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
+        table3 = sum((fast_c if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" else slow_c).seconds for level in range(plan.levels))
     else:
         slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
         table3 = (fast_c if used == "fast" else slow_c).seconds
@@ -117,6 +126,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 2-level plan, level 2 in Redis)")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in ("16MB,64MB" if args.small else args.sizes).split(",")]
     work = Path(tempfile.mkdtemp(prefix="croupier-tiers-"))
@@ -131,7 +141,7 @@ def main() -> None:
             for size in sizes:
                 root = f"s3://{BUCKET}/tiers-{size}"
                 gensort(f"{root}/in", size, max(args.concurrency, size // 64_000_000), base, seed=1)
-                for tier in ("slow", "fast", "hybrid", "auto"):
+                for tier in args.tiers.split(","):
                     row = run_one(root, size, tier, config, args.workers)
                     predict_row(row, slow_profile, fast_profile, args.concurrency)
                     rows.append(row)
