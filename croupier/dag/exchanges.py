@@ -53,6 +53,7 @@ class Exchanges:
         self._predict = predict
         self._lock = threading.Lock()
         self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
+        self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
         if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
             tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
         encoding = self.config.shuffle_encoding(tmp_url)
@@ -303,8 +304,9 @@ class Exchanges:
         else:
             buckets = self.binder.fine_buckets()
             kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
-            workers = self.config.workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
-            workers = min(workers, buckets)
+            with self._lock:  # one P for every hybrid exchange of the run: a join's hybrid sides must agree
+                workers = self.config.workers or self._hybrid_workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
+                workers = self._hybrid_workers = min(workers, buckets)
         return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes)
 
     def run_producers(self, stage: Stage, out: StageOutput, tasks: list[Task]) -> list[TaskResult]:
@@ -406,7 +408,6 @@ class Exchanges:
                     got[kind] = got.get(kind, 0) + stats.requests(kind)
         for entry in self.run.report.exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
-
 
 
 def _to_slow(task: Task, slow: str) -> Task:
