@@ -333,3 +333,26 @@ def test_group_by_with_a_memory_level_equals_the_slow_tier(tmp_path: Path, small
     assert got["levels"].equals(got["slow"])
     assert any("in memory" in e["plan"] for e in report.exchanges), [e["plan"] for e in report.exchanges]
     assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    """Both inputs of a partition-wise join go through hybrid exchanges: they share one P."""
+    rng = np.random.default_rng(9)
+    left = pl.DataFrame({"k": rng.integers(0, 5_000, 80_000).astype(np.int64), "x": rng.integers(0, 100, 80_000)})
+    right = pl.DataFrame({"k": np.arange(5_000, dtype=np.int64), "y": rng.integers(0, 100, 5_000)})
+    for name, table, parts in (("left", left, 4), ("right", right, 2)):
+        (tmp_path / name).mkdir()
+        for i, part in enumerate(table.iter_slices(len(table) // parts)):
+            pq.write_table(part.to_arrow(), tmp_path / name / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3, broadcast_limit=0)  # a partition-wise join
+    hybrid = slow.with_(fast_tier=small_redis.url("j"), tier="hybrid")
+    got = {}
+    for name, config in (("slow", slow), ("hybrid", hybrid)):
+        frame = cf.scan_parquet(str(tmp_path / "left")).join(cf.scan_parquet(str(tmp_path / "right")), on="k").group_by("y").agg(col("x").sum().alias("sx")).sort("y")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+    assert got["hybrid"].equals(got["slow"])
+    plans = [e["plan"] for e in report.exchanges]
+    joined = [e for e in report.exchanges if e["consumer"] == next(x["consumer"] for x in report.exchanges if x["producer"].startswith("s0") and x["plan"].startswith("hybrid"))]
+    assert len(joined) == 2 and all(e["plan"].startswith("hybrid") for e in joined) and joined[0]["workers"] == joined[1]["workers"], plans
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
