@@ -356,3 +356,20 @@ def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, smal
     joined = [e for e in report.exchanges if e["consumer"] == next(x["consumer"] for x in report.exchanges if x["producer"].startswith("s0") and x["plan"].startswith("hybrid"))]
     assert len(joined) == 2 and all(e["plan"].startswith("hybrid") for e in joined) and joined[0]["workers"] == joined[1]["workers"], plans
     assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_explain_lists_the_tier_candidates_beside_the_algorithms(tmp_path: Path) -> None:
+    """A fast tier of 6 MiB and ~4 MB of input in 8 files: explain shows slow and hybrid candidates
+    of the selector's search with their dominant terms, and the fast tier as not fitting."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(1)
+    (tmp_path / "t").mkdir()
+    for i in range(8):
+        pl.DataFrame({"k": rng.integers(0, 1 << 40, 40_000), "x": rng.normal(size=40_000)}).write_parquet(tmp_path / "t" / f"{i}.parquet")
+    replace(FastTierProfile.load("redis-loopback"), capacity=6 << 20).save(tmp_path / "tiny.json")
+    config = Config(fast_tier="redis://127.0.0.1:1/p", fast_profile=str(tmp_path / "tiny.json"), tmp_url=(tmp_path / "tmp").as_uri(), concurrency=2)
+    text = cf.scan_parquet(str(tmp_path / "t"), config=config).group_by("k").agg(col("x").sum()).explain()
+    assert "    tier: " in text and "the selector over tier x algorithm x P" in text, text
+    assert "tier slow" in text and "tier hybrid" in text and "hybrid r=" in text, text
+    assert "fast: does not fit" in text
