@@ -1,12 +1,16 @@
 """Sort through the slow tier (SeaweedFS) and through a fast tier (Redis capped at 512 MiB) beside it.
 
 For each size: a TeraSort (gensort in, gensort out, on SeaweedFS) with every exchange on the slow
-tier, on the fast tier (where the model says it fits), and with ``--tier auto`` (the model's
-choice). Printed per run: wall seconds, the map + reduce stage walls, the exchange's request time
+tier, on the fast tier (producers that do not fit spill to the slow tier), through the hybrid
+multi-round exchange (rounds of r bytes through Redis, runs on SeaweedFS; Locus §3.4), and with
+``--tier auto`` (the selector's choice over tier x algorithm x P). Printed per run: wall seconds,
+the exchange's stage walls (map [rounds, combiners] and reduce) and the stage model's prediction of
+them (croupier.model.tier.predict_on_tier, the selector's own model), the exchange's request time
 (its write and read phases' request seconds over the functions running at once: what Table 3
-models), the tier model's prediction of it (Locus Table 3: 2 max(R/q, S/b_eff), shipped profiles
-seaweedfs-loopback and redis-loopback), its error against that, and the selector's regret (auto's
-wall time over the faster of slow and fast). Hybrid multi-round and memory levels are not implemented: not run.
+models) and Locus' Table 3 prediction of it (2 max(R/q, S/b_eff); the hybrid row R T_rnd + T_mrg),
+their errors, and the selector's regret (auto's wall time over the fastest of slow, fast, hybrid).
+With ``levels``: a 2-level plan whose second level is held in Redis (MinFlow's memory levels).
+Profiles: shipped seaweedfs-loopback and redis-loopback.
 
     python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--json out.json]
 
@@ -27,7 +31,11 @@ from croupier.config import Config
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.model.profile import StorageProfile
-from croupier.model.tier import FastTierProfile, compare
+from croupier.exchange.hybrid import HybridPlan
+from croupier.exchange.levels import LevelsPlan
+from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.topology import Topology
+from croupier.model.tier import FastTierProfile, compare, hybrid_terms, predict_on_tier
 from croupier.storage import open_store
 from croupier.testing import RedisServer, SeaweedFS
 from croupier.units import format_bytes, parse_size
@@ -42,13 +50,15 @@ FAST_MEMORY = 512 << 20
 def run_one(root: str, size: int, tier: str, config: Config, workers: int | None) -> dict[str, object]:
     """One sort of the input at ``root/in`` with ``tier``; its measurements."""
     out = f"{root}/out-{tier}"
-    report = sort(f"{root}/in", out, workers, config.with_(tier=tier))
+    forced = {"algorithm": "2-level"} if tier == "levels" else {}  # memory levels need a multi-level plan
+    report = sort(f"{root}/in", out, workers, config.with_(tier=tier, **forced))
     open_store(out, config).delete_prefix()
-    exchange = sum(s.wall_seconds for s in report.stages if s.name in ("map", "reduce"))
+    stages = [s for s in report.stages if s.name in ("map", "reduce", "reduce level 2") or s.name.startswith(("map round ", "map combine "))]
+    exchange = sum(s.wall_seconds for s in stages)
     (entry,) = report.exchanges
     # the exchange's own request time (what Table 3 models): its write and read phases' request
-    # seconds, summed over tasks, spread over the functions running at once
-    io = sum(v[2] for s in report.stages if s.name in ("map", "reduce") for k, v in s.phases.items() if "exchange" in k)
+    # seconds (and the combiners'), summed over tasks, spread over the functions running at once
+    io = sum(v[2] for s in stages for k, v in s.phases.items() if "exchange" in k or k == "regroup")
     io_wall = io / max(1, min(int(entry["workers"]), config.concurrency))
     return {
         "size": size,
@@ -56,12 +66,57 @@ def run_one(root: str, size: int, tier: str, config: Config, workers: int | None
         "used": report.summary.get("tiers", {}).get("map"),
         "fallback": report.summary.get("fast_tier_fallback", {}).get("reason"),
         "workers": entry["workers"],
+        "plan": entry["plan"],
+        "producers": entry["producers"],
+        "rounds": entry.get("rounds", 0),
+        "spills": sum(report.summary.get("fast_tier_spills", {}).get("senders", {}).values()),
         "bytes": entry["bytes"],
         "wall": round(report.wall_seconds, 3),
         "exchange_seconds": round(exchange, 3),
         "exchange_io_seconds": round(io_wall, 3),
         "why": entry.get("tier_why", ""),
     }
+
+
+def plan_of(row: dict[str, object]) -> ExchangePlan:
+    """The plan a run used, from its report entry (name, P, M, rounds)."""
+    name, p, m = str(row["plan"]), int(row["workers"]), int(row["producers"])  # type: ignore[call-overload]
+    if "in memory" in name:
+        base = ExchangePlan(Topology.parse(name.split(",")[0].removesuffix("+wc").split(" ")[-1]), name.split(",")[0].endswith("+wc"), m)
+        return LevelsPlan.alternate(base)
+    if name.startswith("hybrid"):
+        rounds = max(1, int(row["rounds"]))  # type: ignore[call-overload]
+        return HybridPlan.build(p, m, -(-m // rounds))
+    combine = name.endswith("+wc")
+    base = name.removesuffix("+wc")
+    topology = Topology.direct(p) if base == "direct" else Topology.parse(base.split(" ")[-1])
+    return ExchangePlan(topology, combine, m)
+
+
+def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProfile, concurrency: int) -> None:
+    """Both models' predictions for the run in ``row``, beside what it measured."""
+    plan = plan_of(row)
+    used = str(row["used"] or "slow").split(" ")[0]
+    nbytes = float(row["bytes"])  # type: ignore[arg-type]
+    p = plan.workers
+    if used == "hybrid":
+        assert isinstance(plan, HybridPlan)
+        table3 = hybrid_terms(plan, nbytes, slow, fast).seconds
+    elif used == "levels":  # Table 3 per level: every level writes and reads all S bytes on its tier
+        slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
+        table3 = sum((fast_c if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" else slow_c).seconds for level in range(plan.levels))
+    else:
+        slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
+        table3 = (fast_c if used == "fast" else slow_c).seconds
+        row["fast_fits"] = fast_c.fits
+    row["predicted_exchange_seconds"] = round(table3, 3)
+    measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]
+    row["model_error"] = round(abs(table3 - measured) / measured, 3)
+    size = int(row["size"])  # type: ignore[call-overload]
+    staged = predict_on_tier(plan, size, slow, fast, used, concurrency).seconds  # D as the selector sees it: records x 100
+    row["stage_model_seconds"] = round(staged, 3)
+    walls = max(1e-6, float(row["exchange_seconds"]))  # type: ignore[arg-type]
+    row["stage_model_error"] = round(abs(staged - walls) / walls, 3)
 
 
 def main() -> None:
@@ -71,6 +126,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 2-level plan, level 2 in Redis)")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in ("16MB,64MB" if args.small else args.sizes).split(",")]
     work = Path(tempfile.mkdtemp(prefix="croupier-tiers-"))
@@ -85,29 +141,25 @@ def main() -> None:
             for size in sizes:
                 root = f"s3://{BUCKET}/tiers-{size}"
                 gensort(f"{root}/in", size, max(args.concurrency, size // 64_000_000), base, seed=1)
-                for tier in ("slow", "fast", "auto"):
+                for tier in args.tiers.split(","):
                     row = run_one(root, size, tier, config, args.workers)
-                    p = int(row["workers"])  # type: ignore[call-overload]
-                    slow_c, fast_c = compare(float(row["bytes"]), p, slow_profile, fast_profile, FAST_MEMORY)  # type: ignore[arg-type]
-                    used = row["used"] or "slow"
-                    predicted = (fast_c if used == "fast" else slow_c).seconds
-                    row["predicted_exchange_seconds"] = round(predicted, 3)
-                    measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]
-                    row["model_error"] = round(abs(predicted - measured) / measured, 3)
-                    row["fast_fits"] = fast_c.fits
+                    predict_row(row, slow_profile, fast_profile, args.concurrency)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                 open_store(root, base).delete_prefix()
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'size':>9} {'tier':>5} {'used':>5} {'P':>3} {'wall s':>8} {'xchg s':>8} {'io s':>8} {'pred s':>8} {'err':>6}  regret")
+    print(f"\n{'size':>9} {'tier':>6} {'used':>18} {'P':>3} {'wall s':>8} {'xchg s':>8} {'model s':>8} {'err':>6} {'io s':>8} {'T3 s':>8} {'err':>6}  regret")
     for size in sizes:
         mine = [r for r in rows if r["size"] == size]
-        best = min(float(r["wall"]) for r in mine if r["tier"] in ("slow", "fast") and not r["fallback"])  # type: ignore[arg-type]
+        best = min(float(r["wall"]) for r in mine if r["tier"] != "auto" and not r["fallback"])  # type: ignore[arg-type]
         for r in mine:
             regret = f"{float(r['wall']) / best:.2f}" if r["tier"] == "auto" else ""  # type: ignore[arg-type]
-            note = f"  fell back: {r['fallback']}" if r["fallback"] else ""
-            print(f"{format_bytes(size):>9} {r['tier']:>5} {str(r['used']):>5} {r['workers']:>3} {r['wall']:>8} {r['exchange_seconds']:>8} {r['exchange_io_seconds']:>8} {r['predicted_exchange_seconds']:>8} {r['model_error']:>6}  {regret}{note}")
+            note = (f"  fell back: {r['fallback']}" if r["fallback"] else "") + (f"  {r['spills']} producer(s) spilled" if r["spills"] else "")
+            print(
+                f"{format_bytes(size):>9} {r['tier']:>6} {str(r['used']):>18} {r['workers']:>3} {r['wall']:>8} {r['exchange_seconds']:>8} {r['stage_model_seconds']:>8} {r['stage_model_error']:>6} "
+                f"{r['exchange_io_seconds']:>8} {r['predicted_exchange_seconds']:>8} {r['model_error']:>6}  {regret}{note}"
+            )
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=1))
 

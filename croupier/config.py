@@ -204,8 +204,12 @@ class Config:
     tier:                where exchanges put their intermediate objects: "slow" (the run's
                          temporaries, as without a fast tier), "fast" (every exchange on
                          ``fast_tier``; falls back to the slow tier if the fast one fills up or
-                         dies), or "auto" (the default: the fast tier for an exchange whose
-                         estimated bytes fit its capacity, see croupier.model.tier)
+                         dies), "hybrid" (Locus' multi-round exchange: rounds of r bytes through
+                         ``fast_tier``, runs on the slow tier; see croupier.exchange.hybrid),
+                         "levels" (MinFlow's memory levels: alternate levels of a multi-level
+                         exchange on ``fast_tier``; see croupier.exchange.levels), or
+                         "auto" (the default: per exchange, the tier the model predicts best among
+                         those that fit, see croupier.model.tier)
     fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
                          --store redis://...`` or a shipped name: redis-loopback, aws-elasticache,
                          s3-express); None: the shipped one for its kind
@@ -269,8 +273,6 @@ class Config:
 
     def _check_tier(self) -> None:
         """``tier`` must be known, and a forced fast tier needs ``fast_tier`` (checked before any work)."""
-        if self.tier == "hybrid":
-            raise ConfigError("tier 'hybrid' (Locus' multi-round shuffle) is not implemented yet; use auto, slow or fast")
         if self.tier not in TIERS:
             raise ConfigError(f"tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
         if self.fast_tier is not None:
@@ -280,8 +282,8 @@ class Config:
             if location.is_local:
                 raise ConfigError(f"fast_tier must be a Redis store (redis://host:port[/db]/prefix), got {self.fast_tier!r}")
             object.__setattr__(self, "fast_tier", str(location))
-        elif self.tier == "fast":
-            raise ConfigError("tier 'fast' needs a fast tier: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...))")
+        elif self.tier in ("fast", "hybrid", "levels"):
+            raise ConfigError(f"tier {self.tier!r} needs a fast tier: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...))")
 
     def _check_forcing(self) -> None:
         """The forcing fields must name something that exists (checked before any work)."""
@@ -339,7 +341,7 @@ class Config:
 
 
 #: What ``Config.tier`` may be.
-TIERS = ("auto", "slow", "fast")
+TIERS = ("auto", "slow", "fast", "hybrid", "levels")
 
 #: Exchange algorithm families, as explain prints them.
 ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from croupier.config import Config
 from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource
@@ -97,13 +97,18 @@ class Binder:
         return max(p, min(MAX_BUCKETS, BUCKETS_PER_PARTITION * p))
 
     # --- decisions --------------------------------------------------------------------------------
-    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None) -> Choice:
+    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None, tiers: Any = None) -> Choice:
         config = self.config
         return choose(
             max(1, nbytes), self.profile(), config.objective, config.budget, workers=config.workers, concurrency=config.concurrency,
             max_workers=config.max_workers, algorithm=config.algorithm, senders=senders, buckets=buckets,
-            topology=self.forced_topology(), producers_done=producers_done, phases=phases,
+            topology=self.forced_topology(), producers_done=producers_done, phases=phases, tiers=tiers,
         )  # fmt: skip
+
+    def tiered(self, nbytes: int, senders: int, buckets: int | None, tiers: Any, phases: Phases | None = None) -> Choice:
+        """The selector over tier x algorithm x P before ``senders`` producers write ``nbytes``
+        (``tiers``: a :class:`croupier.model.tier.TierOptions`); the caller keeps the tier."""
+        return self._choose(nbytes, senders, buckets, False, phases, tiers)
 
     def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured", phases: Phases | None = None) -> Decision:
         """P and a write-combined plan for ``nbytes`` the ``senders`` producers wrote in ``buckets``;

@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable
 
-from croupier.compute.base import Task
+from croupier.compute.base import Task, TaskResult
 from croupier.config import Config
 from croupier.dag.batcher import Batcher
 from croupier.dag.binding import Binder, Decision, stage_kinds
@@ -21,10 +21,12 @@ from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
 from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
-from croupier.dag.task import ExchangeRead, ScanRead, run_level
-from croupier.dag.tiers import Tiers
-from croupier.errors import ConfigError
+from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level
+from croupier.dag.tiers import Tiers, fast_tier_failure
+from croupier.errors import ConfigError, CroupierError, StorageError
 from croupier.exchange import move
+from croupier.exchange.hybrid import HybridPlan
+from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.move import Fetch, Written
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
@@ -50,6 +52,10 @@ class Exchanges:
         self._batcher = batcher
         self._predict = predict
         self._lock = threading.Lock()
+        self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
+        self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
+        if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
+            tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
         encoding = self.config.shuffle_encoding(tmp_url)
         self.records_format = encoding
         # "raw" is the records' own bytes; query rows travel as uncompressed Arrow instead
@@ -105,7 +111,7 @@ class Exchanges:
         producer = bound.producer
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        return ExchangeRead(producer.url or self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        return ExchangeRead(bound.url or producer.url or self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)
@@ -121,25 +127,33 @@ class Exchanges:
         named.update({k: inputs[id(v.stage)] for k, v in stage.sides.items() if v.read == "partition"})
         main = named[""]
         total = sum(o.bytes for o in named.values())
-        if main.early:
-            assert isinstance(main.plan, ExchangePlan)
-            template = Decision(main.plan, f"{main.plan.describe()} (bound before the producers ran)")
+        early = main if main.early else next((o for o in named.values() if o.early), None)  # a hybrid side fixes P too
+        if early is not None:
+            assert isinstance(early.plan, ExchangePlan)
+            template = Decision(early.plan, f"{early.plan.describe()} (bound before the producers ran)")
         elif stage.workers:
             template = self.binder.fixed(stage.workers, main.tasks, buckets_of(main))
         else:
             template = self.binder.late(total, main.tasks, buckets_of(main), phases={"reduce": stage_kinds(stage, self.format_of)})
         bound = {}
         for name, producer in named.items():
-            plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine, producer.tasks, buckets_of(producer))
+            plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine or isinstance(template.plan, HybridPlan), producer.tasks, buckets_of(producer))
             assert isinstance(plan, ExchangePlan)
             if plan.workers != template.workers:
                 raise ConfigError(f"stage {stage.name!r}: inputs partitioned {plan.workers} and {template.workers} ways cannot be joined partition-wise")
+            if self.memory_levels(producer) and plan.levels > 1 and not isinstance(plan, (HybridPlan, LevelsPlan)):
+                plan = LevelsPlan.alternate(plan)  # MinFlow: alternate levels in the fast tier
             bound[name] = self.bound(producer, replace(template, plan=plan))
         self.run_levels(stage, list(bound.values()))
         for b in bound.values():
             out.notes.append(f"reads {b.producer.stage.name}: {format_bytes(b.producer.bytes)} -> {b.decision.how}")
             self.record_exchange(stage, b)
         return bound
+
+    def memory_levels(self, producer: StageOutput) -> bool:
+        """Whether ``producer``'s exchange runs with memory levels (its tier is "levels")."""
+        chosen = self.tiers.chosen.get(producer.stage.name) if self.tiers is not None else None
+        return chosen is not None and chosen[0] == "levels"
 
     def bind_broadcast(self, producer: StageOutput, consumers: int, out: StageOutput) -> Bound:
         decision = self.binder.broadcast(producer.bytes, producer.tasks, consumers)
@@ -153,6 +167,10 @@ class Exchanges:
         with self._lock:
             producer.bindings += 1
             prefix = f"{producer.prefix}x{producer.bindings}/"
+            merged = self._merged.get(id(producer))
+        if merged is not None and decision.plan is producer.plan:  # a hybrid exchange: its rounds ran with the producers
+            written, runs, url = merged
+            return Bound(producer, decision, prefix, list(written), runs, done=decision.plan.levels, url=url)
         return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
 
     def run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
@@ -163,12 +181,12 @@ class Exchanges:
             owners: list[tuple[Bound, int]] = []
             for b in bounds:
                 plan = b.decision.plan
-                if level >= plan.levels:
+                if level >= plan.levels or level < b.done:  # (a hybrid's level 2 ran in its rounds)
                     continue
                 wait = self.config.request_timeout
-                url = b.producer.url or self.tmp_url
+                url, urls = self.level_urls(b, level)
                 for w in range(plan.workers):
-                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, b.urls))
+                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
                     inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
                     args = (url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
                     tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
@@ -180,7 +198,42 @@ class Exchanges:
                 fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
             for b in bounds:
                 if id(b) in fresh:
+                    self.free_level(b, level - 1)
                     b.written, b.last_prefix = fresh[id(b)], b.prefix
+                    if isinstance(b.decision.plan, LevelsPlan):
+                        b.url = self.level_url(b, level)
+
+    def level_url(self, b: Bound, level: int) -> str:
+        """The store the objects of ``level`` of ``b`` go to (memory levels: fast or slow)."""
+        plan = b.decision.plan
+        slow = b.producer.url or self.tmp_url
+        if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast":
+            assert self.tiers is not None
+            return self.tiers.fast()
+        return slow
+
+    def level_urls(self, b: Bound, level: int) -> tuple[str, list[str]]:
+        """(where ``level``'s tasks write, where each sender of ``level - 1`` wrote)."""
+        plan = b.decision.plan
+        if not isinstance(plan, LevelsPlan):
+            return b.producer.url or self.tmp_url, b.urls
+        before = self.level_url(b, level - 1)
+        senders = plan.level_senders(level - 1)
+        urls = [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
+        return self.level_url(b, level), urls
+
+    def free_level(self, b: Bound, level: int) -> None:
+        """Delete a memory level's objects once the next level read them: the fast tier holds one
+        level at a time (a failure to delete is left to the run's cleanup)."""
+        plan = b.decision.plan
+        if not isinstance(plan, LevelsPlan) or plan.tier(level) != "fast":
+            return
+        prefix = b.last_prefix
+        keys = [prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
+        try:
+            self.run.store(self.level_url(b, level)).delete(keys)
+        except StorageError:
+            pass
 
     def record_exchange(self, consumer: Stage, bound: Bound) -> None:
         """Keep the binding (with the candidates the selector compared) for the run report."""
@@ -198,6 +251,9 @@ class Exchanges:
         chosen = self.tiers.chosen.get(bound.producer.stage.name) if self.tiers is not None else None
         if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
             entry["tier"], entry["tier_why"] = chosen
+        if isinstance(decision.plan, (HybridPlan, LevelsPlan)):  # the requests of each tier, as the plan counts them
+            entry["predicted_requests_by_tier"] = decision.plan.requests_by_tier()
+            entry["rounds"] = getattr(decision.plan, "rounds", 0)
         if decision.choice is not None:
             ranked = decision.choice.ranked(8)
             entry["predicted_seconds"] = decision.choice.best.seconds
@@ -215,6 +271,11 @@ class Exchanges:
             return
         self.choose_tier(stage, inputs, out)
         n = max(1, out.tasks)
+        hybrid = self.tiers.rounds.get(stage.name) if self.tiers is not None else None
+        if hybrid is not None:
+            out.plan, out.early = self.hybrid_plan(stage, inputs, out, hybrid.per_round, hybrid.round_bytes, hybrid.workers), True
+            out.notes.append(f"writes: {out.plan.describe()}")
+            return
         if sink.plan is not None:
             out.plan, out.early = replace(sink.plan, senders=n), True
             return
@@ -231,13 +292,99 @@ class Exchanges:
         buckets = self.binder.fine_buckets()
         out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
 
+    def hybrid_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput, per_round: int, round_bytes: int, chosen: int = 0) -> HybridPlan:
+        """The hybrid plan of this producer stage: P bound now (a fixed plan's, the forced one,
+        the one the tier search ``chosen``, or the selector's for the estimated bytes), B as the
+        plan would have had."""
+        sink = stage.sink
+        assert isinstance(sink, ExchangeSink)
+        n = max(1, out.tasks)
+        if sink.plan is not None:  # TeraSort: P and the splitters are fixed
+            workers, buckets = sink.plan.workers, sink.plan.bucket_count
+        else:
+            buckets = self.binder.fine_buckets()
+            kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
+            with self._lock:  # one P for every hybrid exchange of the run: a join's hybrid sides must agree
+                workers = self.config.workers or self._hybrid_workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
+                workers = self._hybrid_workers = min(workers, buckets)
+        return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes)
+
+    def run_producers(self, stage: Stage, out: StageOutput, tasks: list[Task]) -> list[TaskResult]:
+        """Run a stage's tasks (the runner's hook). A hybrid exchange's producers run round by
+        round: each round's producers write to the fast tier, its P combiners read them and write
+        their runs to the slow tier, and the round's fast objects are deleted before the next."""
+        plan = out.plan
+        if not tasks:
+            return []
+        if not isinstance(plan, HybridPlan):
+            results = self._batcher.map(stage.name, tasks)
+            self._predict(stage.name)
+            return results
+        assert self.tiers is not None
+        fast, slow = self.tiers.fast(), self.tmp_url
+        runs = f"{out.prefix}runs/"
+        results: list[TaskResult] = []
+        written: list[Written] = [None] * plan.producers
+        where: list[str] = [""] * plan.producers
+        merged: list[Written] = [None] * plan.level_senders(1)
+        for j in range(plan.rounds):
+            producers = plan.round_producers(j)
+            round_tasks = tasks[producers.start : producers.stop]
+            got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
+            for s, result in zip(producers, got):
+                written[s], where[s] = result.value["written"], result.value.get("url", "")
+            try:
+                self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, "")
+            except CroupierError as exc:  # the fast tier lost the round: re-run its producers (only those) to the slow tier
+                reason = fast_tier_failure(exc, self.config)
+                if reason is None:
+                    raise
+                got = self._round(f"{stage.name} round {j + 1}/{plan.rounds} again", [_to_slow(t, slow) for t in round_tasks])
+                for s, result in zip(producers, got):
+                    written[s], where[s] = result.value["written"], slow
+                self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, " again")
+                out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
+            results += got
+            on_fast = [out.prefix + o.key for s in producers if not where[s] for o in plan.writes(0, s)]
+            try:
+                self.run.store(fast).delete(on_fast)  # the fast tier holds one round at most
+            except StorageError:
+                pass  # (a dead fast tier lost them anyway; the run's cleanup tries again and reports it)
+        with self._lock:
+            self._merged[id(out)] = (merged, runs, slow)
+        return results
+
+    def _round(self, label: str, tasks: list[Task]) -> list[TaskResult]:
+        results = self._batcher.map(label, tasks)
+        self._predict(label)
+        return results
+
+    def _combine(self, stage: Stage, plan: HybridPlan, j: int, written: list[Written], urls: list[str], runs: str, merged: list[Written], again: str) -> None:
+        """Round ``j``'s P combiners: each reads its partition of the round's producers (from
+        ``urls``: the fast tier, or the slow one for producers that spilled) and writes its run to
+        the slow tier under ``runs``."""
+        slow = self.tmp_url
+        combine: list[Task] = []
+        for c in plan.round_combiners(j):
+            fetches = tuple(move.fetches_for(plan, 0, c, written, f"{stage.name}/", urls))
+            inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch else ()
+            args = (slow, plan, 1, c, fetches, self.config.request_timeout, runs, f"x:{stage.name}")
+            combine.append(Task(f"{stage.name}-C{j + 1}{again.strip()[:1]}-{c % plan.workers}", run_level, args, inputs=inputs))
+        label = f"{stage.name} combine {j + 1}/{plan.rounds}{again}"
+        for c, result in zip(plan.round_combiners(j), self._batcher.map(label, combine)):
+            merged[c] = result.value["written"]
+        self._predict(label)
+
     def choose_tier(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
-        """Where this stage's exchange objects go (the slow or the fast tier, see dag/tiers.py)."""
+        """Where this stage's exchange objects go (the slow or the fast tier, or rounds through the
+        fast tier to the slow one; see dag/tiers.py)."""
         if self.tiers is None:
             return
-        auto = self.config.tier == "auto" and self.config.fast_tier is not None
-        estimate = self.input_bytes(stage, inputs, out) if auto else None
-        out.url = self.tiers.url_for(stage.name, estimate)
+        sink = stage.sink
+        sized = self.config.tier in ("auto", "hybrid") and self.config.fast_tier is not None
+        estimate = self.input_bytes(stage, inputs, out) if sized else None
+        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not sink.eager
+        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned)
         tier, why = self.tiers.chosen[stage.name]
         if self.config.fast_tier is not None:
             out.notes.append(f"exchange objects on the {tier} tier ({why})")
@@ -262,3 +409,9 @@ class Exchanges:
         for entry in self.run.report.exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
 
+
+def _to_slow(task: Task, slow: str) -> Task:
+    """A producer task again, writing its exchange objects straight to the slow tier ``slow``."""
+    (spec,) = task.args
+    assert isinstance(spec, TaskSpec) and isinstance(spec.write, ExchangeWrite)
+    return replace(task, id=f"{task.id}-again", args=(replace(spec, write=replace(spec.write, url=slow, fallback="")),))

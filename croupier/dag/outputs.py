@@ -39,6 +39,7 @@ class StageOutput:
     url: str = ""  # where its exchange objects are (slow or fast tier); "" = the run's temporaries
     where: list[str] = field(default_factory=list)  # per sender: the store it wrote to instead ("" = url)
     fell_back: list[str] = field(default_factory=list)  # why senders fell back to the slow tier
+    lost: list[str] = field(default_factory=list)  # hybrid rounds the fast tier lost, re-run to the slow tier
 
     @property
     def prefix(self) -> str:
@@ -61,6 +62,8 @@ class Bound:
     prefix: str  # where levels 2..k go
     written: list[Written]  # what the senders of the last level reported
     last_prefix: str
+    done: int = 1  # levels already written (a hybrid exchange's rounds write both of its levels)
+    url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier; a memory level: the fast one)
 
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan

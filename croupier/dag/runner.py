@@ -125,6 +125,9 @@ class DagRunner:
         spilled = {o.stage.name: len(o.fell_back) for o in self.outputs if o.fell_back}
         if spilled:  # producers whose fast-tier writes failed and went to the slow tier instead
             self.run.report.summary["fast_tier_spills"] = {"senders": spilled, "first_error": next(o.fell_back[0] for o in self.outputs if o.fell_back)}
+        lost = {o.stage.name: o.lost for o in self.outputs if o.lost}
+        if lost:  # hybrid rounds whose fast-tier objects vanished: only their producers ran again
+            self.run.report.summary["fast_tier_reruns"] = lost
         self.profiles.learn(self.run.report)  # the run's stages refine a self-calibrated profile
 
     def estimate_tasks(self, source: ScanSource | ExchangeInput | TaskSource | UnionSource) -> int:
@@ -153,9 +156,7 @@ class DagRunner:
         self.exchanges.producer_plan(stage, inputs, out)
         specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
         tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
-        results = self._batcher.map(stage.name, tasks) if tasks else []
-        if tasks:
-            self._predict(stage.name)
+        results = self.exchanges.run_producers(stage, out, tasks)  # (a hybrid exchange: in rounds)
         for index, result in enumerate(results):
             self._fold(out, result.value, index)
         out.seconds = time.perf_counter() - started

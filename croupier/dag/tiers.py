@@ -1,28 +1,37 @@
 """Which tier an exchange's intermediate objects go to: the run's temporaries on the slow store,
-or a run-scoped prefix on the fast tier (Locus §3.3: a small Redis beside object storage).
+a run-scoped prefix on the fast tier (Locus §3.3: a small Redis beside object storage), or rounds
+through the fast tier with runs on the slow one (Locus §3.4, :mod:`croupier.exchange.hybrid`).
 
 ::
 
-    producer stage ──Tiers.url_for(estimate)──> slow: <tmp base>/_croupier_tmp/<run>/
-                                               fast: <fast tier>/_croupier_tmp/<run>/  (opened once, with a lease)
+    producer stage ──Tiers.url_for(estimate)──> slow:   <tmp base>/_croupier_tmp/<run>/
+                                               fast:   <fast tier>/_croupier_tmp/<run>/  (opened once, with a lease)
+                                               hybrid: producers write the fast prefix, round by
+                                                       round; combiners write runs to the slow one
 
-The choice is made per exchange, before its producers write (``Config.tier``: "slow", "fast", or
-"auto": the model of :mod:`croupier.model.tier`). Every reader of the exchange (levels 2..k, the
-consumers, the driver) reads where its producers wrote (``StageOutput.url``). The fast prefix is a
-temporary of the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
+The choice is made per exchange, before its producers write (``Config.tier``: "slow", "fast",
+"hybrid", or "auto": the selector's search over tier x algorithm x P, see
+:func:`croupier.model.selector.choose` with ``tiers``; Locus' Table 3 alone,
+:func:`croupier.model.tier.choose`, when no selector is attached). A hybrid choice carries its
+round (producers per round, r) in :attr:`Tiers.rounds`; the exchanges build the
+:class:`~croupier.exchange.hybrid.HybridPlan` from it and run the rounds. Every reader of the
+exchange (levels 2..k, the consumers, the driver) reads where its producers wrote
+(``StageOutput.url``; a hybrid's consumers read the slow tier). The fast prefix is a temporary of
+the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
 slow tier instead, and its readers read them there (``StageOutput.where``; the report's
 ``summary["fast_tier_spills"]``). Anything else the fast tier fails — objects lost with a killed
-server, a level 2..k write, eager consumers — fails the run with errors naming the fast tier;
-:func:`fast_tier_failure` recognises those, and the query front end runs the job once more on the
-slow tier (see :mod:`croupier.frame.lazy`), saying so in the report (``fast_tier_fallback``).
+server, a level 2..k write, eager consumers, a hybrid's combiners — fails the run with errors
+naming the fast tier; :func:`fast_tier_failure` recognises those, and the query front end runs
+the job once more on the slow tier (see :mod:`croupier.frame.lazy`), saying so in the report
+(``fast_tier_fallback``).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from croupier.config import Config
 from croupier.errors import StorageError, StoreFullError
@@ -30,6 +39,7 @@ from croupier.storage.location import parse_location
 
 if TYPE_CHECKING:
     from croupier.dag.run import Run
+    from croupier.model.tier import TierChoice
 
 
 class Tiers:
@@ -38,7 +48,8 @@ class Tiers:
     State:
         slow_url: the run's temporaries on the slow store (canonical URL)
         fast_url: the run's prefix on the fast tier, once an exchange chose it (else None)
-        chosen:   per producer stage: (tier, why), for the report and explain
+        chosen:   per producer stage: (tier, why), for the report and explain ("hybrid r=...")
+        rounds:   per producer stage whose exchange is hybrid: the model's round
     """
 
     def __init__(self, run: Run, slow_url: str) -> None:
@@ -47,34 +58,57 @@ class Tiers:
         self.slow_url = slow_url
         self.fast_url: str | None = None
         self.chosen: dict[str, tuple[str, str]] = {}
+        self.rounds: dict[str, TierChoice] = {}
+        #: the selector over tier x algorithm x P: (exchange bytes, producers, TierOptions) -> Choice;
+        #: set by the exchanges (None: Locus' Table 3 comparison alone, croupier.model.tier.choose)
+        self.select: Callable[[int, int, Any], Any] | None = None
         self._lock = threading.Lock()
 
-    def url_for(self, stage: str, estimate: int | None) -> str:
-        """Where the exchange written by ``stage`` puts its objects (``estimate``: its bytes, if known)."""
-        tier, why = self.choose(estimate)
+    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False) -> str:
+        """Where the exchange written by ``stage`` (``senders`` producers) puts its level-1 objects
+        (``estimate``: its input bytes, if known; ``partitioned``: a partitioned exchange, the only
+        kind the hybrid serves). A hybrid exchange's producers write to the fast tier too; its
+        round is in :attr:`rounds`."""
+        choice = self.choose(estimate, senders, partitioned)
         with self._lock:
-            self.chosen[stage] = (tier, why)
-            if tier == "slow":
+            self.chosen[stage] = (choice.label, choice.why)
+            if choice.tier == "hybrid":
+                self.rounds[stage] = choice
+            if choice.tier in ("slow", "levels"):  # (memory levels: the producers write to the slow tier)
                 return self.slow_url
-            if self.fast_url is None:
-                assert self.config.fast_tier is not None
-                self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
-            return self.fast_url
+            return self.fast()
 
-    def choose(self, estimate: int | None) -> tuple[str, str]:
-        """("slow" | "fast", why) for an exchange of ``estimate`` bytes."""
+    def fast(self) -> str:
+        """The run's prefix on the fast tier (opened, with a lease, the first time)."""
+        if self.fast_url is None:
+            assert self.config.fast_tier is not None
+            self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
+        return self.fast_url
+
+    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False) -> TierChoice:
+        """The tier for an exchange of ``estimate`` bytes from ``senders`` producers."""
+        from croupier.model.tier import TierChoice, choose, forced_hybrid
+
         config = self.config
         if config.fast_tier is None or config.tier == "slow":
-            return "slow", "no fast tier" if config.fast_tier is None else "tier forced: slow"
-        if config.tier == "fast":
-            return "fast", "tier forced: fast"
-        from croupier.model.tier import choose_tier
-
+            return TierChoice("slow", "no fast tier" if config.fast_tier is None else "tier forced: slow")
+        if config.tier == "fast" or (config.tier == "hybrid" and not partitioned):
+            return TierChoice("fast", "tier forced: fast" if config.tier == "fast" else "tier forced: hybrid; not a partitioned exchange: fast")
         try:
             free = self._free()
         except StorageError as exc:
-            return "slow", f"the fast tier is unreachable: {_first_line(str(exc))}"
-        return choose_tier(estimate, config, self.slow_url, free)
+            return TierChoice("slow", f"the fast tier is unreachable: {_first_line(str(exc))}")
+        if config.tier == "hybrid":
+            return forced_hybrid(estimate, config, senders, self.slow_url, free)
+        if config.tier == "levels":
+            return TierChoice("levels" if partitioned else "slow", "tier forced: levels" + ("" if partitioned else "; not a partitioned exchange: slow"))
+        allowed = ("slow", "fast", "hybrid", "levels") if partitioned else ("slow", "fast")
+        if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
+            from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
+
+            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency)
+            return from_selection(self.select(exchange_estimate(estimate, config, self.slow_url), senders, options), options)
+        return choose(estimate, config, self.slow_url, free, senders, allowed)  # Locus Table 3 alone
 
     def _free(self) -> int | None:
         """Bytes the fast tier has free now (None: no limit, or not a store that says)."""

@@ -70,7 +70,7 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
     routed = _route(plan, level, chunks)
     written = 0
     for obj in plan.writes(level, sender):
-        if plan.combine:
+        if plan.combined(level):
             slots = plan.segments(level)
             encoded = [segments.encode(routed.get(j, [])) for j in range(slots)]
             sizes = [segments.size(e) for e in encoded]
@@ -80,7 +80,7 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
                 bounds.append(bounds[-1] + s)
             return tuple(bounds), bounds[-1]
         (receiver,) = obj.receivers
-        buffers = segments.encode(routed.get(plan.topology.digit(receiver, level), []))
+        buffers = segments.encode(routed.get(plan.route(level, receiver), []))
         store.put(prefix + obj.key, buffers)
         written += segments.size(buffers)
     return None, written
@@ -90,7 +90,7 @@ def _route(plan: ExchangePlan, level: int, chunks: Sequence[Chunk]) -> dict[int,
     """Chunks by destination slot: the bucket at a combined level 1, else the receiver's digit."""
     out: dict[int, list[Chunk]] = defaultdict(list)
     for chunk in segments.ordered(chunks):
-        if plan.combine and level == 0:
+        if plan.combined(level) and level == 0:
             out[chunk.bucket].append(chunk)
         else:
             out[plan.route(level, plan.partition_of(chunk.bucket))].append(chunk)

@@ -149,6 +149,11 @@ class ExchangePlan:
         """How many tasks write objects at ``level``: M at level 0, P after."""
         return self.producers if level == 0 else self.workers
 
+    def combined(self, level: int) -> bool:
+        """Whether senders of ``level`` write one combined object (the same at every level here;
+        the hybrid plan combines level 1 only)."""
+        return self.combine
+
     def route(self, level: int, partition: int) -> int:
         """Index, within the sender's group at ``level``, of the receiver a partition goes to."""
         return self.topology.digit(partition, level)

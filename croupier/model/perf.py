@@ -34,6 +34,7 @@ class Prediction:
     stages: tuple[StagePrediction, ...]
     requests: dict[str, int] = field(default_factory=dict)
     cost: float = 0.0
+    tier: str = "slow"  # where the exchange's objects go: "slow", "fast", "hybrid" (croupier.model.tier)
 
     @property
     def workers(self) -> int:
@@ -126,7 +127,7 @@ def stage_facts(
             continue
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
         role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
-        tasks = m if i == 0 else p
+        tasks = plan.level_senders(i) if i < plan.levels else p  # (a hybrid's level 2: R * P combiners)
         fetched = 0 if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
         # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
         reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if i == 0 else fetched

@@ -22,6 +22,7 @@ from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
 from croupier.model.profile import StorageProfile
+from croupier.model.tier import TierOptions, tier_candidates
 from croupier.units import format_bytes
 
 #: Share of a function's memory its data may take: input, grouped copy and sort buffers coexist.
@@ -73,8 +74,9 @@ class Choice:
             d = c.dominant()
             mark = "*" if c is self.best else " "
             span = f"{c.low:.3f}-{c.high:.3f}"
+            name = c.plan.name + (" @fast" if c.tier == "fast" else "")
             lines.append(
-                f"{mark} {c.plan.name:<22} {str(c.plan.topology):<9} {c.workers:>5} {c.seconds:>9.3f} {span:>15} {sum(c.requests.values()):>9,} {c.cost:>11.6f}  {d.name} ({d.seconds:.3f} s)"
+                f"{mark} {name:<22} {str(c.plan.topology):<9} {c.workers:>5} {c.seconds:>9.3f} {span:>15} {sum(c.requests.values()):>9,} {c.cost:>11.6f}  {d.name} ({d.seconds:.3f} s)"
             )
         d = self.best.dominant()
         lines.append(
@@ -133,6 +135,7 @@ def choose(
     topology: Topology | None = None,
     producers_done: bool = False,
     phases: dict[str, tuple[str, ...]] | None = None,
+    tiers: TierOptions | None = None,
 ) -> Choice:
     """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given; only plans of
     the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given; exactly
@@ -142,7 +145,9 @@ def choose(
     cut their data into B buckets (late binding): then P <= B and level 1 is write-combined, the
     only form a producer can write before P is known. ``producers_done``: leave the producers'
     stage out of the comparison (it ran already). ``phases``: the phase kinds of the stages (see
-    :func:`croupier.model.perf.predict`).
+    :func:`croupier.model.perf.predict`). ``tiers``: a fast tier beside the slow store — every
+    plan is also predicted with its objects there (if they fit), and per P the hybrid multi-round
+    exchange, so the choice is over tier x algorithm x P (:func:`croupier.model.tier.tier_candidates`).
     """
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -158,6 +163,11 @@ def choose(
         late = " (late binding: the producers wrote before P was known, so only write-combined plans, P <= B)" if buckets is not None else ""
         raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc")
     candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
+    if tiers is not None:
+        if "slow" not in tiers.allowed:
+            candidates = []
+        candidates += tier_candidates(plans, data_bytes, profile, tiers, concurrency, producers_done, phases, senders, buckets)
+        candidates = candidates or [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
     pool = [c for c in candidates if budget is None or c.cost <= budget]
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)

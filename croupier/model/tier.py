@@ -9,7 +9,19 @@ takes, per Table 3 of Locus,
 * fast tier:  T = 2 · max(R / q_f, S / b_eff),   b_eff = min(b · P, b_f)
 * slow tier:  T = 2 · max(R / q_s, S / (b_s · P))  (q_s and b_s from the slow store's profile)
 
-(the factor 2: every byte is written once and read once). Cost: functions' GB-seconds for T, the
+(the factor 2: every byte is written once and read once), and for the hybrid multi-round exchange
+(Locus §3.4, Table 3's third row; :class:`croupier.exchange.hybrid.HybridPlan`) of R = S / r rounds
+of r bytes, with the request counts of the plan instead of Locus' (S/w)² form:
+
+* T_fb = r / b_eff,  T_sb = r / (b_s · P),  T_sq = R_s,round / q_s,  T_fq = R_f,round / q_f
+* T_rnd = 2 · max(T_fb, T_sb, T_sq, T_fq)   (a round: written to and read from the fast tier, its
+  runs written to the slow tier; T_fq is not in Locus, whose fast tier is never request-bound)
+* T_mrg = max(R_s,merge / q_s, S / (b_s · P))  (the final read of the R runs per consumer; Locus'
+  merge also writes the merged data back, its factor 2 — here the consumers read the runs directly)
+* T = R · T_rnd + T_mrg, with r the fast capacity the round may use (its free memory over the
+  per-object overhead), rounded down to whole producers.
+
+Cost: functions' GB-seconds for T, the
 fast tier's memory for T (provisioned capacity) and its request or transfer charges; the slow
 tier's request charges. :func:`choose_tier` compares both for one exchange under the run's
 objective ("time": fastest within the budget, "cost": cheapest) and refuses the fast tier when
@@ -27,6 +39,7 @@ from typing import Any
 
 from croupier.config import Config
 from croupier.errors import ConfigError
+from croupier.exchange.hybrid import HybridPlan, compact_bytes, per_round_for
 from croupier.model.profile import StorageProfile, profile_for
 
 #: Bytes of fast-tier memory one stored byte takes (allocator, keys, index, client buffers).
@@ -64,15 +77,21 @@ class FastTierProfile:
         """Locus Table 3, fast row: 2 · max(R / q_f, S / b_eff)."""
         return 2 * max(requests / self.request_rate, nbytes / self.effective_bandwidth(workers))
 
-    def exchange_cost(self, nbytes: float, requests: float, seconds: float) -> float:
-        """USD of the fast tier for one exchange: capacity held for ``seconds``, requests, transfer."""
-        memory = self.capacity / GB * self.usd_per_gb_hour * seconds / 3600
+    def exchange_cost(self, nbytes: float, requests: float, seconds: float, held: float | None = None) -> float:
+        """USD of the fast tier for one exchange: ``held`` bytes of memory (default: its capacity)
+        for ``seconds``, requests, transfer."""
+        memory = (self.capacity if held is None else held) / GB * self.usd_per_gb_hour * seconds / 3600
         return memory + requests * self.usd_per_million_requests / 1e6 + 2 * nbytes / GB * self.usd_per_gb_transferred
 
     def fits(self, nbytes: float, free: float | None = None) -> bool:
         """Whether an exchange of ``nbytes`` fits (``free``: bytes the server has free now)."""
+        return nbytes <= self.usable(free)
+
+    def usable(self, free: float | None = None) -> float:
+        """Exchange bytes the fast tier can hold now: its capacity (or ``free``, if less) over the
+        per-object overhead — the largest round r of a hybrid exchange."""
         room = self.capacity if free is None else min(self.capacity, free)
-        return nbytes * MEMORY_OVERHEAD <= room
+        return room / MEMORY_OVERHEAD
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,29 +136,148 @@ def slow_exchange_seconds(profile: StorageProfile, nbytes: float, requests: floa
 
 @dataclass(frozen=True)
 class TierCandidate:
-    """One tier's prediction for one exchange."""
+    """One tier's prediction for one exchange (``round_bytes``, ``per_round``: the hybrid's r and
+    producers per round; ``dominant``: the term that sets the time)."""
 
     tier: str
     seconds: float
     cost: float
     fits: bool = True
+    round_bytes: int = 0
+    per_round: int = 0
+    dominant: str = ""
+
+    @property
+    def label(self) -> str:
+        """"slow", "fast" or "hybrid r=256MiB"."""
+        return f"hybrid r={_size(self.round_bytes)}" if self.tier == "hybrid" and self.round_bytes else self.tier
 
     def describe(self) -> str:
         fit = "" if self.fits else ", does not fit"
-        return f"{self.tier}: {self.seconds:.3f} s, ${self.cost:.6f}{fit}"
+        term = f", {self.dominant}" if self.dominant else ""
+        return f"{self.label}: {self.seconds:.3f} s, ${self.cost:.6f}{term}{fit}"
 
 
-def compare(nbytes: float, workers: int, slow: StorageProfile, fast: FastTierProfile, free: float | None = None) -> list[TierCandidate]:
-    """Both tiers' predictions for a direct exchange of ``nbytes`` over ``workers`` functions
-    (R = 2 · P² requests: P² objects written, P² read)."""
+def _size(n: float) -> str:
+    return compact_bytes(n)
+
+
+@dataclass(frozen=True)
+class HybridTerms:
+    """Locus §3.4's terms of one hybrid exchange (seconds), and the time they give."""
+
+    rounds: int
+    round_bytes: float
+    fast_bandwidth: float  # T_fb
+    slow_bandwidth: float  # T_sb
+    slow_requests: float  # T_sq
+    fast_requests: float  # T_fq
+    merge_requests: float  # T_mq
+    merge_bandwidth: float  # T_mb
+
+    @property
+    def round_seconds(self) -> float:
+        """T_rnd = 2 · max(T_fb, T_sb, T_sq, T_fq)."""
+        return 2 * max(self.fast_bandwidth, self.slow_bandwidth, self.slow_requests, self.fast_requests)
+
+    @property
+    def merge_seconds(self) -> float:
+        """T_mrg = max(T_mq, T_mb)."""
+        return max(self.merge_requests, self.merge_bandwidth)
+
+    @property
+    def seconds(self) -> float:
+        """R · T_rnd + T_mrg."""
+        return self.rounds * self.round_seconds + self.merge_seconds
+
+    def dominant(self) -> str:
+        """The term that sets the time, by name."""
+        terms = {
+            "fast-tier bandwidth (T_fb)": self.rounds * 2 * self.fast_bandwidth,
+            "slow-tier bandwidth (T_sb)": self.rounds * 2 * self.slow_bandwidth + self.merge_bandwidth,
+            "slow-tier requests (T_sq, T_mq)": self.rounds * 2 * self.slow_requests + self.merge_requests,
+            "fast-tier requests (T_fq)": self.rounds * 2 * self.fast_requests,
+        }
+        return max(terms, key=lambda k: terms[k])
+
+
+def hybrid_terms(plan: HybridPlan, nbytes: float, slow: StorageProfile, fast: FastTierProfile) -> HybridTerms:
+    """The terms of ``plan`` moving ``nbytes`` (see the module docstring), counts from the plan."""
+    p, rounds = plan.workers, plan.rounds
+    r = nbytes * plan.per_round / plan.producers
+    by_tier = plan.requests_by_tier()
+    fast_round = sum(by_tier["fast"].values()) / rounds
+    slow_puts = by_tier["slow"]["PUT"] / rounds  # P runs per round
+    merge_gets = by_tier["slow"]["GET"] + by_tier["slow"]["GET_RANGE"]  # R · P
+    run = max(1.0, nbytes / max(1, rounds * p))
+    q_write, q_read = slow.write.q(run, p), slow.read.q(run, p)
+    b_s = min(profile_bandwidth(slow)) * p
+    return HybridTerms(
+        rounds=rounds,
+        round_bytes=r,
+        fast_bandwidth=r / fast.effective_bandwidth(p),
+        slow_bandwidth=r / b_s,
+        slow_requests=slow_puts / q_write,
+        fast_requests=fast_round / fast.request_rate,
+        merge_requests=merge_gets / q_read,
+        merge_bandwidth=nbytes / b_s,
+    )
+
+
+def profile_bandwidth(profile: StorageProfile) -> tuple[float, float]:
+    """(read, write) bytes/s of one function to the slow store."""
+    return profile.read_bandwidth, profile.write_bandwidth
+
+
+def hybrid_candidate(nbytes: float, workers: int, senders: int, slow: StorageProfile, fast: FastTierProfile, free: float | None = None, writers: int = 0) -> tuple[TierCandidate, HybridPlan | None]:
+    """The hybrid exchange of ``nbytes`` from ``senders`` producers to ``workers`` consumers, with
+    r the largest whole number of producers' shares that fits the fast tier now (Locus: "the size
+    of each round is fixed at r, the amount of space available on fast storage"), less one share
+    per concurrent writer (``writers``: their writes in flight); does not fit when not even one
+    producer's share does."""
+    p, m_all = max(1, workers), max(1, senders)
+    m = per_round_for(fast.usable(free), nbytes, m_all, writers)
+    if m == 0:
+        return TierCandidate("hybrid", math.inf, math.inf, False, int(fast.usable(free)), 0, "one producer's share exceeds the fast tier"), None
+    r = int(nbytes * m / m_all)
+    plan = HybridPlan.build(p, m_all, m, round_bytes=r)
+    terms = hybrid_terms(plan, nbytes, slow, fast)
+    seconds = terms.seconds
+    function_usd = slow.prices.function_gb_second * slow.function_memory / GB * p
+    by_tier = plan.requests_by_tier()
+    slow_requests = by_tier["slow"]["PUT"] * slow.prices.write_request + (by_tier["slow"]["GET"] + by_tier["slow"]["GET_RANGE"]) * slow.prices.read_request
+    fast_requests = sum(by_tier["fast"].values())
+    cost = function_usd * seconds + slow_requests + fast.exchange_cost(nbytes, fast_requests, seconds, held=r * MEMORY_OVERHEAD)
+    return TierCandidate("hybrid", seconds, cost, True, r, m, terms.dominant()), plan
+
+
+def compare(nbytes: float, workers: int, slow: StorageProfile, fast: FastTierProfile, free: float | None = None, senders: int | None = None, writers: int = 0) -> list[TierCandidate]:
+    """The three tiers' predictions for an exchange of ``nbytes`` over ``workers`` functions: slow
+    and fast as one direct exchange (see :func:`_two_tiers`), hybrid as :func:`hybrid_candidate`
+    from ``senders`` producers (default P)."""
+    hybrid, _ = hybrid_candidate(nbytes, workers, senders or workers, slow, fast, free, writers)
+    return _two_tiers(nbytes, workers, slow, fast, free, senders) + [hybrid]
+
+
+def _two_tiers(nbytes: float, workers: int, slow: StorageProfile, fast: FastTierProfile, free: float | None, senders: int | None) -> list[TierCandidate]:
+    """Slow and fast rows: R = 2 · P² (M = P, plain direct), or with ``senders`` M the late-bound
+    write-combined exchange's M PUTs and M · P ranged GETs."""
     p = max(1, workers)
-    requests = 2.0 * p * p
+    requests = 2.0 * p * p if senders is None else float(senders * (p + 1))
     function_usd = slow.prices.function_gb_second * slow.function_memory / GB * p
     slow_s = slow_exchange_seconds(slow, nbytes, requests, p)
     slow_usd = function_usd * slow_s + requests / 2 * (slow.prices.write_request + slow.prices.read_request)
     fast_s = fast.exchange_seconds(nbytes, requests, p)
     fast_usd = function_usd * fast_s + fast.exchange_cost(nbytes, requests, fast_s)
-    return [TierCandidate("slow", slow_s, slow_usd), TierCandidate("fast", fast_s, fast_usd, fast.fits(nbytes, free))]
+    slow_term = "slow-tier requests" if 2 * _request_bound(slow, nbytes, requests, p) >= slow_s else "slow-tier bandwidth"
+    fast_term = "fast-tier requests" if requests / fast.request_rate >= nbytes / fast.effective_bandwidth(p) else "fast-tier bandwidth"
+    return [TierCandidate("slow", slow_s, slow_usd, dominant=slow_term), TierCandidate("fast", fast_s, fast_usd, fast.fits(nbytes, free), dominant=fast_term)]
+
+
+def _request_bound(profile: StorageProfile, nbytes: float, requests: float, workers: int) -> float:
+    """R / q_s of the slow row (its request term)."""
+    size = nbytes / max(1.0, requests)
+    return requests / min(profile.write.q(size, workers), profile.read.q(size, workers))
 
 
 def best(candidates: list[TierCandidate], objective: str, budget: float | None) -> TierCandidate:
@@ -162,16 +300,221 @@ def fast_profile_for(config: Config) -> FastTierProfile:
     return FastTierProfile.load("redis-loopback" if local else "aws-elasticache")
 
 
-def choose_tier(estimate: int | None, config: Config, slow_url: str | None = None, free: float | None = None) -> tuple[str, str]:
-    """("slow" | "fast", why) for one exchange of ``estimate`` bytes under ``config`` ("auto")."""
-    if estimate is None:
-        return "slow", "size unknown"
+@dataclass(frozen=True)
+class TierChoice:
+    """The tier chosen for one exchange: ``tier`` ("slow", "fast", "hybrid"), why, and for the
+    hybrid its round: ``per_round`` producers of about ``round_bytes`` exchange bytes."""
+
+    tier: str
+    why: str
+    round_bytes: int = 0
+    per_round: int = 0
+    candidates: tuple[TierCandidate, ...] = ()
+    workers: int = 0  # the hybrid's P, when the selector chose it (0: bind P as usual)
+
+    @property
+    def label(self) -> str:
+        return f"hybrid r={_size(self.round_bytes)}" if self.tier == "hybrid" else self.tier
+
+
+def exchange_estimate(estimate: int, config: Config, slow_url: str | None = None) -> int:
+    """Exchange bytes of a stage reading ``estimate`` input bytes (the encodings compress)."""
     encoding = config.shuffle_encoding(slow_url or config.tmp_url or "file:///tmp")
-    estimate = int(estimate / COMPRESSION_GUESS.get(encoding, 1.0))
+    return int(estimate / COMPRESSION_GUESS.get(encoding, 1.0))
+
+
+def choose(estimate: int | None, config: Config, slow_url: str | None = None, free: float | None = None, senders: int | None = None, allowed: tuple[str, ...] = ("slow", "fast", "hybrid")) -> TierChoice:
+    """The tier for one exchange of ``estimate`` input bytes from ``senders`` producers under
+    ``config`` ("auto"), among ``allowed`` (the hybrid needs a partitioned exchange)."""
+    if estimate is None:
+        return TierChoice("slow", "size unknown")
+    estimate = exchange_estimate(estimate, config, slow_url)
     fast = fast_profile_for(config)
     slow = profile_for(config, slow_url or config.tmp_url or "file:///tmp")
-    workers = config.workers or max(1, min(config.concurrency * 2, int(math.sqrt(max(1, estimate) / (1 << 20))) or 1))
-    candidates = compare(estimate, workers, slow, fast, free)
+    workers = default_workers(estimate, config)
+    candidates = [c for c in compare(estimate, workers, slow, fast, free, senders, config.concurrency) if c.tier in allowed]
     winner = best(candidates, config.objective, config.budget)
-    why = f"auto, {config.objective}, ~{estimate / (1 << 20):,.0f} MiB to move: " + "; ".join(c.describe() for c in candidates)
-    return winner.tier, why
+    why = f"auto, {config.objective}, ~{estimate / (1 << 20):,.0f} MiB to move, P~{workers}: " + "; ".join(c.describe() for c in candidates)
+    return TierChoice(winner.tier, why, winner.round_bytes, winner.per_round, tuple(candidates))
+
+
+def default_workers(estimate: int, config: Config) -> int:
+    """P the tier model assumes before the selector binds it: the forced one, else ~sqrt(MiB)."""
+    return config.workers or max(1, min(config.concurrency * 2, int(math.sqrt(max(1, estimate) / (1 << 20))) or 1))
+
+
+def forced_hybrid(estimate: int | None, config: Config, senders: int, slow_url: str | None = None, free: float | None = None) -> TierChoice:
+    """The round of a hybrid exchange forced by ``--tier hybrid``: r = the fast tier's usable
+    memory (at least one producer per round, at most half of them, so there are rounds)."""
+    fast = fast_profile_for(config)
+    nbytes = exchange_estimate(estimate, config, slow_url) if estimate is not None else 0
+    half = max(1, (senders + 1) // 2)
+    m = per_round_for(fast.usable(free), nbytes, senders, config.concurrency) if nbytes else half
+    m = max(1, min(m, half))
+    return TierChoice("hybrid", f"tier forced: hybrid, {m} of {senders} producers per round", int(nbytes * m / max(1, senders)), m)
+
+
+def choose_tier(estimate: int | None, config: Config, slow_url: str | None = None, free: float | None = None) -> tuple[str, str]:
+    """("slow" | "fast", why) for one exchange of ``estimate`` bytes under ``config`` ("auto")."""
+    choice = choose(estimate, config, slow_url, free, allowed=("slow", "fast"))
+    return choice.tier, choice.why
+
+
+# --- the tier in the per-stage model (the selector's tier x algorithm x P search) -----------------
+
+
+def fast_storage_profile(slow: StorageProfile, fast: FastTierProfile, flight: float) -> StorageProfile:
+    """The fast tier as a storage profile for the stage model, for ``flight`` requests in flight:
+    q_f requests/s at any size, b per stream capped by the server's b_f shared by the streams
+    (b_eff = min(b · C, b_f)); no read/write scale (they are fitted to the slow store)."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    per_stream = min(fast.function_bandwidth, fast.server_bandwidth / max(1.0, flight))
+    curve = Curve((1.0, 1e12), (fast.request_rate, fast.request_rate), (fast.request_rate, fast.request_rate))
+    return replace(slow, name=fast.name, read=curve, write=curve, read_bandwidth=per_stream, write_bandwidth=per_stream, read_scale=1.0, write_scale=1.0, max_streams=0)
+
+
+def level_tier(plan: Any, level: int, tier: str) -> str:
+    """The tier of the objects ``plan`` writes at ``level`` when its exchange runs on ``tier``."""
+    if tier in ("hybrid", "levels"):
+        return str(plan.tier(level))
+    return tier
+
+
+def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: FastTierProfile | None, tier: str, concurrency: int | None = None, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None) -> Any:
+    """The selector's prediction of ``plan`` with its exchange objects on ``tier``: the stages of
+    :func:`croupier.model.perf.stage_facts`, their exchange reads and writes on the fast tier
+    priced by :func:`fast_storage_profile` as their own terms ("fast-tier read ...", "fast-tier
+    write ..."), the rest (input, output, compute, start-up) as on the slow tier; a hybrid pays
+    one more start-up per round for its producers and its combiners. Cost adds the fast tier's
+    memory held (its capacity, or r for the hybrid) and its request charges."""
+    from dataclasses import replace
+
+    from croupier.model.perf import Prediction, cost as slow_cost, stage_facts, predict
+    from croupier.model.stage import StagePrediction, Term, predict_stage
+
+    if tier == "slow" or fast is None:
+        return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
+    facts = stage_facts(plan, data_bytes, producers_done, phases)
+    first = 1 if producers_done else 0
+    stages = []
+    for offset, f in enumerate(facts):
+        i = first + offset
+        writes_fast = i < plan.levels and level_tier(plan, i, tier) == "fast"
+        fetches_fast = i > 0 and level_tier(plan, i - 1, tier) == "fast"
+        slow_part = replace(
+            f,
+            reads=f.reads - (f.exchange_reads if fetches_fast else 0),
+            read_bytes=f.read_bytes - (f.exchange_read_bytes if fetches_fast else 0.0),
+            exchange_reads=0 if fetches_fast else f.exchange_reads,
+            exchange_read_bytes=0.0 if fetches_fast else f.exchange_read_bytes,
+            writes=0 if writes_fast else f.writes,
+            write_bytes=0.0 if writes_fast else f.write_bytes,
+        )
+        fast_part = replace(
+            f,
+            phases={},
+            calls={},
+            reads=f.exchange_reads if fetches_fast else 0,
+            read_bytes=f.exchange_read_bytes if fetches_fast else 0.0,
+            exchange_reads=f.exchange_reads if fetches_fast else 0,
+            exchange_read_bytes=f.exchange_read_bytes if fetches_fast else 0.0,
+            writes=f.writes if writes_fast else 0,
+            write_bytes=f.write_bytes if writes_fast else 0.0,
+        )
+        full = predict_stage(slow_part, slow, concurrency)
+        moved = ("read",) * fetches_fast + ("write",) * writes_fast  # their slow terms are 0 now: leave them out
+        base = replace(full, terms=tuple(t for t in full.terms if not (t.name.startswith(moved) and not t.seconds)) if moved else full.terms)
+        c = max(1, min(max(1, f.tasks), concurrency or slow.concurrency))
+        on_fast = predict_stage(fast_part, fast_storage_profile(slow, fast, c), concurrency)
+        extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write")) and t.seconds)
+        terms = base.terms + extra
+        if tier == "hybrid" and i < 2 and plan.rounds > 1:  # the rounds: one stage start-up more per round
+            startup = base.terms[0]
+            terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
+        spread = dict(base.spread)
+        total = sum(t.seconds for t in terms)
+        stages.append(StagePrediction(base.name, terms, spread, slow.residual * total))
+    p, m = plan.workers, plan.producers
+    counted = plan.predicted_requests()
+    requests = {"PUT": counted["PUT"] + p, "GET": counted["GET"] + m, "GET_RANGE": counted["GET_RANGE"]}
+    on_slow = dict(requests)
+    fast_requests = 0
+    for level, count in enumerate(plan.counts(data_bytes)):
+        if level_tier(plan, level, tier) == "fast":
+            on_slow["PUT"] -= count.puts
+            on_slow["GET"] -= count.gets
+            on_slow["GET_RANGE"] -= count.ranged_gets
+            fast_requests += count.puts + count.gets + count.ranged_gets
+    draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
+    held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
+    held = data_bytes * MEMORY_OVERHEAD if tier == "levels" else held
+    usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
+    return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
+
+
+@dataclass(frozen=True)
+class TierOptions:
+    """What the selector needs to put tier candidates beside the slow ones: the fast tier's
+    profile, its free bytes now, the tiers allowed for this exchange, and how many producers write
+    at once (their writes in flight take fast memory too, see :func:`per_round_for`)."""
+
+    fast: FastTierProfile
+    free: float | None = None
+    allowed: tuple[str, ...] = ("slow", "fast", "hybrid", "levels")
+    writers: int = 0
+
+
+def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
+    """The fast-tier prediction of every plan (if the exchange fits) and, per P, the hybrid whose
+    round r is the fast tier's usable memory in whole producers (when that makes 2 rounds or more)."""
+    out = []
+    fast = options.fast
+    if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
+        in_flight = options.writers * data_bytes / max(1, senders or 1)
+        fitting = [plan for plan in plans if fast.fits(data_bytes * plan.levels + in_flight, options.free)]
+        out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
+    if "levels" in options.allowed and fast.fits(data_bytes + options.writers * data_bytes / max(1, senders or 1), options.free):
+        from croupier.exchange.levels import LevelsPlan  # MinFlow: alternate levels in memory (one level at a time on the fast tier)
+
+        out += [predict_on_tier(LevelsPlan.alternate(plan), data_bytes, slow, fast, "levels", concurrency, producers_done, phases) for plan in plans if plan.levels > 1]
+    if "hybrid" in options.allowed:
+        for p in sorted({plan.workers for plan in plans}):
+            m_all = senders or p
+            m = per_round_for(fast.usable(options.free), data_bytes, m_all, options.writers)
+            if 1 <= m < m_all and (buckets is None or p <= buckets):
+                plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(data_bytes * m / m_all))
+                out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
+    return out
+
+
+def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoice:
+    """The tier the selector's tier x algorithm x P search chose (see
+    :func:`croupier.model.selector.choose` with ``tiers``), with the best candidate of each tier
+    and its dominant term as the reason."""
+    best_of: dict[str, Any] = {}
+    for c in sorted(choice.candidates, key=lambda c: (c.seconds, c.cost) if choice.objective == "time" else (c.cost, c.seconds)):
+        best_of.setdefault(c.tier, c)
+    winner = choice.best
+    parts = []
+    for tier, c in best_of.items():
+        d = c.dominant()
+        parts.append(f"{tier}: {c.plan.name} P={c.workers} {c.seconds:.3f} s, ${c.cost:.6f}, dominated by {d.name}")
+    if options is not None:  # the tiers with no candidate, and why
+        room = f"{compact_bytes(options.fast.usable(options.free))} usable"
+        if "fast" in options.allowed and "fast" not in best_of:
+            parts.append(f"fast: does not fit ({room})")
+        if "hybrid" in options.allowed and "hybrid" not in best_of:
+            parts.append(f"hybrid: no round of whole producers fits or it fits in one ({room})")
+    why = f"auto, {choice.objective}, ~{choice.data_bytes / (1 << 20):,.0f} MiB to move; the selector over tier x algorithm x P ({len(choice.candidates)} candidates), best of each tier: " + "; ".join(parts)
+    candidates = tuple(TierCandidate(c.tier, c.seconds, c.cost, True, getattr(c.plan, "round_bytes", 0), getattr(c.plan, "per_round", 0), c.dominant().name) for c in best_of.values())
+    plan = winner.plan
+    if winner.tier == "hybrid":
+        return TierChoice("hybrid", why, plan.round_bytes, plan.per_round, candidates, plan.workers)
+    return TierChoice(winner.tier, why, candidates=candidates)
+
+
+def format_size(n: float) -> str:
+    return compact_bytes(n)

@@ -347,10 +347,27 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             mark = "*" if c is decision.choice.best else " "
             lines.append(f"  {mark} {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
         if compiler.config.fast_tier is not None and compiler.config.tier != "slow":  # the tier candidates (model/tier.py)
-            from croupier.model.tier import choose_tier
+            lines += tier_preview(binder, compiler.config, nbytes, senders)
+    return lines
 
-            tier, why = ("fast", "tier forced: fast") if compiler.config.tier == "fast" else choose_tier(nbytes, compiler.config)
-            lines.append(f"    tier: {tier} ({why})")
+
+def tier_preview(binder: Any, config: Any, nbytes: int, senders: int) -> list[str]:
+    """Explain lines of the tier choice: the selector over tier x algorithm x P (slow, fast and
+    hybrid candidates side by side, each with its dominant term) and the tier it picks."""
+    from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
+
+    if config.tier in ("fast", "hybrid"):
+        return [f"    tier: {config.tier} (tier forced: {config.tier})"]
+    options = TierOptions(fast_profile_for(config), None, ("slow", "fast", "hybrid"), config.concurrency)
+    choice = binder.tiered(exchange_estimate(nbytes, config), senders, None, options)
+    picked = from_selection(choice, options)
+    lines = [f"    tier: {picked.label} ({picked.why})"]
+    ranked = sorted(choice.candidates, key=lambda c: (c.seconds, c.cost))
+    shown = {c.tier: c for c in reversed(ranked)}  # the best of each tier, beside the first few overall
+    for c in sorted({id(c): c for c in ranked[:3] + list(shown.values())}.values(), key=lambda c: (c.seconds, c.cost)):
+        d = c.dominant()
+        name = c.plan.name + (" @fast" if c.tier == "fast" else "")
+        lines.append(f"      {name:<20} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  tier {c.tier:<6} dominant: {d.name} ({d.why})")
     return lines
 
 

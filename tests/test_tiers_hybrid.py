@@ -1,0 +1,375 @@
+"""The hybrid multi-round exchange (Locus §3.4): the plan's objects and counts without storage, and
+sort and a group-by through a Redis too small for the exchange, byte-identical/equal to the slow
+tier, with each tier's requests equal to the plan's formula and nothing left on either tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+import croupier.frame as cf
+from croupier.compute import LocalExecutor
+from croupier.config import Config
+from croupier.errors import TaskError
+from croupier.exchange.hybrid import HybridPlan, per_round_for
+from croupier.exchange.plan import ExchangePlan
+from croupier.frame import col, count
+from croupier.jobs.gensort import gensort
+from croupier.jobs.sort import sort
+from croupier.jobs.valsort import valsort
+from croupier.model.profile import StorageProfile
+from croupier.model.tier import FastTierProfile, best, compare, hybrid_candidate
+from croupier.storage import open_store
+from croupier.testing import RedisServer
+from tests.conftest import leftover_tmp
+from tests.test_tiers import FAULT_CONFIG, fast_objects, same_output
+
+
+# --- the plan, without storage ------------------------------------------------------------------------
+
+
+def test_every_combiner_reads_its_round_and_every_consumer_every_round() -> None:
+    plan = HybridPlan.build(workers=3, senders=7, per_round=3, buckets=12, round_bytes=256 << 20)
+    assert plan.name == "hybrid r=256MiB" and plan.rounds == 3 and plan.levels == 2
+    assert [list(plan.round_producers(j)) for j in range(3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert (plan.tier(0), plan.tier(1)) == ("fast", "slow")
+    # every (producer, bucket) reaches exactly one combiner, of the producer's round and the bucket's partition
+    seen = set()
+    for c in range(plan.level_senders(1)):
+        for read in plan.reads(0, c):
+            assert plan.round_of(read.sender) == c // 3
+            for bucket in range(read.segment, read.segment_end):
+                assert plan.partition_of(bucket) == c % 3
+                seen.add((read.sender, bucket))
+    assert seen == {(s, b) for s in range(7) for b in range(12)}
+    # every consumer reads the run of its partition from every round, whole
+    for p in range(3):
+        reads = plan.reads(1, p)
+        assert [r.sender for r in reads] == [p, 3 + p, 6 + p] and not any(r.ranged for r in reads)
+        assert {r.key for r in reads} == {o.key for s in (p, 3 + p, 6 + p) for o in plan.writes(1, s)}
+    assert plan.round_keys(1) == ["l0/s00003", "l0/s00004", "l0/s00005"]
+
+
+def test_the_counts_are_the_formula_on_each_tier() -> None:
+    for m_all, m, p in ((7, 3, 3), (16, 4, 8), (5, 5, 2), (9, 1, 4)):
+        plan = HybridPlan.build(p, m_all, m)
+        r = -(-m_all // m)
+        assert plan.requests_by_tier() == {"fast": {"PUT": m_all, "GET": 0, "GET_RANGE": m_all * p}, "slow": {"PUT": r * p, "GET": r * p, "GET_RANGE": 0}}
+        assert plan.predicted_requests() == {"PUT": m_all + r * p, "GET": r * p, "GET_RANGE": m_all * p}
+        assert plan.delete_requests(1000) == r
+        # every object written is read, once per reader that the plan names
+        written = {o.key for lv in (0, 1) for s in range(plan.level_senders(lv)) for o in plan.writes(lv, s)}
+        read = {x.key for lv, n in ((0, plan.level_senders(1)), (1, p)) for w in range(n) for x in plan.reads(lv, w)}
+        assert written == read
+    with pytest.raises(ValueError, match="combined objects"):
+        HybridPlan(ExchangePlan.direct(3).topology, False, 4)
+
+
+def test_the_round_is_the_fast_capacity_in_whole_producers() -> None:
+    assert per_round_for(256e6, 1e9, 40) == 10 and per_round_for(10e6, 1e9, 40) == 0 and per_round_for(2e9, 1e9, 40) == 40
+    assert per_round_for(256e6, 1e9, 40, writers=2) == 8  # a share in flight per concurrent writer
+    slow = StorageProfile.load("seaweedfs-loopback")
+    fast = FastTierProfile.load("redis-loopback")
+    candidate, plan = hybrid_candidate(4e9, 8, 64, slow, fast, free=512 << 20)
+    assert plan is not None and candidate.fits and candidate.round_bytes * 1.3 <= 512 << 20
+    assert plan.per_round == candidate.per_round and plan.rounds == -(-64 // plan.per_round)
+    assert candidate.label.startswith("hybrid r=") and candidate.dominant
+    assert candidate.seconds > 0 and candidate.cost >= 0
+    candidates = {c.tier: c for c in compare(4e9, 8, slow, fast, free=512 << 20, senders=64)}
+    assert set(candidates) == {"slow", "fast", "hybrid"} and not candidates["fast"].fits
+    assert best(list(candidates.values()), "time", None).tier in ("slow", "hybrid")  # fast does not fit
+    # a fast tier that is fast enough and a slow store that is request-bound: the hybrid wins
+    s3, elasticache = StorageProfile.load("aws-s3"), FastTierProfile.load("aws-elasticache")
+    tight = compare(50e9, 64, s3, elasticache, free=8 << 30, senders=2000)
+    assert {c.tier for c in tight if c.fits} == {"slow", "hybrid"}
+    small, _ = hybrid_candidate(4e9, 8, 4, slow, fast, free=100 << 20)  # one producer's share (1 GB) does not fit
+    assert not small.fits
+
+
+# --- on a real Redis too small for the exchange ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[LocalExecutor]:
+    with LocalExecutor(Config(concurrency=2)) as ex:
+        yield ex
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """Redis capped at 6 MiB: a 4 MB exchange does not fit (with Redis' overheads), a round of it does."""
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        yield server
+
+
+def tier_requests(report, stage: str) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
+    """Requests on each tier, from the stage reports: the producer rounds and the combiners' reads
+    are on the fast tier, the combiners' writes and the consumers' reads on the slow one."""
+    fast = {"PUT": 0, "GET": 0, "GET_RANGE": 0}
+    slow = dict(fast)
+    for s in report.stages:
+        x = s.exchange
+        if s.name.startswith(f"{stage} round "):
+            fast["PUT"] += x.requests("PUT")
+        elif s.name.startswith(f"{stage} combine "):
+            fast["GET_RANGE"] += x.requests("GET_RANGE")
+            fast["GET"] += x.requests("GET")
+            slow["PUT"] += x.requests("PUT")
+        elif x.requests("GET") or x.requests("GET_RANGE"):
+            slow["GET"] += x.requests("GET")
+            slow["GET_RANGE"] += x.requests("GET_RANGE")
+    return {"fast": fast, "slow": slow}
+
+
+def test_sort_through_the_hybrid_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    slow = FAULT_CONFIG
+    hybrid = slow.with_(fast_tier=small_redis.url("h"), tier="hybrid")
+    gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=slow, executor=executor, seed=21)
+    reports = {}
+    for name, config in (("slow", slow), ("hybrid", hybrid)):
+        out = (tmp_path / name).as_uri()
+        reports[name] = sort((tmp_path / "in").as_uri(), out, 8, config, executor=executor, plan=ExchangePlan.direct(8))
+        result, _ = valsort(out, slow, (tmp_path / "in").as_uri(), executor=executor)
+        assert result.ok and result.records == 40_000, result.problems
+        assert leftover_tmp(out, slow) == []
+    same_output(tmp_path / "slow", tmp_path / "hybrid", slow)
+    report = reports["hybrid"]
+    free = open_store(small_redis.url(), slow).backend.free_memory()
+    assert free is not None and not FastTierProfile.load("redis-loopback").fits(4_000_000, free)  # fast-only would not fit
+    (entry,) = report.exchanges
+    assert entry["plan"].startswith("hybrid r=") and report.summary["tiers"]["map"].startswith("hybrid r="), entry
+    assert "fast_tier_spills" not in report.summary and "fast_tier_fallback" not in report.summary, report.summary
+    assert entry["rounds"] >= 2
+    assert tier_requests(report, "map") == entry["predicted_requests_by_tier"]
+    assert entry["measured_requests"] == entry["predicted_requests"]
+    assert fast_objects(small_redis.url()) == []
+
+
+def _table(n: int) -> pl.DataFrame:
+    rng = np.random.default_rng(5)
+    return pl.DataFrame({"id": np.arange(n, dtype=np.int64), "k": rng.integers(0, 97, n).astype(np.int64), "q": rng.integers(1, 9, n)})
+
+
+def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    table = _table(200_000)
+    (tmp_path / "facts").mkdir()
+    for i, part in enumerate(table.iter_slices(25_000)):
+        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
+    hybrid = slow.with_(fast_tier=small_redis.url("q"), tier="hybrid")
+    got = {}
+    for name, config in (("slow", slow), ("hybrid", hybrid)):
+        frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("id").agg(col("q").sum().alias("sq"), count().alias("n")).sort("id")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+        for entry in report.exchanges:  # every exchange moved exactly what its plan says
+            assert entry["measured_requests"] == {k: entry["predicted_requests"].get(k, 0) for k in entry["measured_requests"]}, entry
+    assert got["hybrid"].equals(got["slow"])
+    hybrids = [e for e in report.exchanges if e["plan"].startswith("hybrid")]
+    assert hybrids and all(e["rounds"] >= 2 for e in hybrids), report.exchanges
+    assert "fast_tier_fallback" not in report.summary
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_a_failed_hybrid_run_leaves_nothing_on_either_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    from tests.test_sort import FailingExecutor
+
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("f"), tier="hybrid")
+    with FailingExecutor(Config(concurrency=2), "reduce-1") as ex:
+        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex)
+        with pytest.raises(TaskError, match="injected failure in reduce-1"):
+            sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
+    assert leftover_tmp((tmp_path / "out").as_uri(), config) == []
+    assert fast_objects(small_redis.url()) == []
+
+
+# --- the tier in the selector's search ------------------------------------------------------------------
+
+
+def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None:
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+    from croupier.model.selector import choose
+    from croupier.model.tier import TierOptions
+
+    slow = StorageProfile.load("seaweedfs-loopback")
+    fast = FastTierProfile.load("redis-loopback")
+    choice = choose(int(2e9), slow, concurrency=2, senders=16, buckets=64, tiers=TierOptions(fast, 512 << 20, writers=2))
+    tiers = {c.tier for c in choice.candidates}
+    assert tiers == {"slow", "hybrid"}  # 2 GB does not fit 512 MiB: no fast candidate
+    for c in choice.candidates:
+        if c.tier == "hybrid":
+            assert isinstance(c.plan, HybridPlan) and c.plan.rounds >= 2 and c.plan.round_bytes * 1.3 <= 512 << 20
+            names = {t.name for s in c.stages for t in s.terms}
+            assert {"fast-tier write bandwidth", "rounds start-up"} <= names or "fast-tier write throughput" in names, names
+    small = choose(int(50e6), slow, concurrency=2, senders=4, buckets=16, tiers=TierOptions(fast, 512 << 20, writers=2))
+    assert {c.tier for c in small.candidates} == {"slow", "fast", "levels"}  # fits: fast and memory levels; one round: no hybrid
+    for c in small.candidates:
+        if c.tier == "levels":  # the multi-level plans, their 2nd level in memory, its terms on the fast tier
+            assert c.plan.levels > 1 and "in memory" in c.plan.name
+            assert any(t.name.startswith("fast-tier") for s in c.stages for t in s.terms)
+    fast_pred = next(c for c in small.candidates if c.tier == "fast")
+    slow_pred = next(c for c in small.candidates if c.tier == "slow" and c.plan == fast_pred.plan)
+    assert fast_pred.stages[0].terms[:3] == slow_pred.stages[0].terms[:3]  # start-up, memory, compute: the same stage model
+    # a request-bound slow store (5 requests/s): few slow requests win, and the hybrid has the fewest
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    starved = replace(slow, read=crawl, write=crawl)
+    choice = choose(int(200e6), starved, concurrency=2, workers=8, senders=64, buckets=64, tiers=TierOptions(fast, 100 << 20, writers=2))
+    assert choice.best.tier == "hybrid" and choice.best.plan.rounds >= 2, choice.explain()
+    assert "hybrid r=" in choice.explain()
+
+
+def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    """A slow store profiled as request-bound (5 requests/s) and a 6 MiB Redis: auto's search over
+    tier x algorithm x P picks the hybrid; the sort is valid and leaves nothing behind."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"), workers=8)
+    gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=22)
+    report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
+    (entry,) = report.exchanges
+    assert entry["tier"].startswith("hybrid r=") and "the selector over tier x algorithm x P" in entry["tier_why"], report.summary.get("fast_tier_fallback")
+    assert "slow:" in entry["tier_why"] and "hybrid:" in entry["tier_why"]
+    assert entry["measured_requests"] == entry["predicted_requests"]
+    result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
+    assert result.ok and result.records == 40_000, result.problems
+    assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == [] and fast_objects(small_redis.url()) == []
+
+
+def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) -> None:
+    """Redis dies as round 2's combiners start: round 2's objects are gone, so only round 2's
+    producers run again (to the slow tier); later rounds spill; the sort is right, nothing is left."""
+    from tests.test_tiers import KillingExecutor
+
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("k"), tier="hybrid")
+        with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
+            gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=23)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=ExchangePlan.direct(8))
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 20_000, result.problems
+        assert "fast_tier_fallback" not in report.summary  # not the whole job again
+        (entry,) = report.exchanges
+        (lost,) = report.summary["fast_tier_reruns"]["map"]
+        assert lost.startswith("round 2:") and "ran again" in lost
+        rounds = [s.name for s in report.stages if s.name.startswith("map round")]
+        assert "map round 2/%d again" % entry["rounds"] in rounds and not any(r.startswith("map round 1/") and r.endswith("again") for r in rounds)
+        again = report.stage("map round 2/%d again" % entry["rounds"])
+        assert again.tasks == len(HybridPlan.build(8, 8, -(-8 // entry["rounds"])).round_producers(1))
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()  # a killed Redis comes back empty
+        assert fast_objects(server.url()) == []
+
+
+# --- memory levels (MinFlow): alternate levels of a multi-level exchange on the fast tier ------------------
+
+
+def test_a_levels_plan_alternates_and_counts_by_tier() -> None:
+    from croupier.exchange.levels import LevelsPlan
+    from croupier.exchange.topology import Topology
+
+    plan = LevelsPlan.alternate(ExchangePlan(Topology((2, 2, 2)), False, 8))
+    assert plan.fast_levels == (1,) and [plan.tier(i) for i in range(3)] == ["slow", "fast", "slow"]
+    assert plan.name == "2-level 2x2x2, level 2 in memory".replace("2-level", "3-level")
+    by_tier = plan.requests_by_tier()
+    assert by_tier["fast"] == {"PUT": 16, "GET": 16, "GET_RANGE": 0} and by_tier["slow"] == {"PUT": 32, "GET": 32, "GET_RANGE": 0}
+    with pytest.raises(ValueError, match="alternate"):
+        LevelsPlan(Topology((2, 2, 2)), False, None, None, (1, 2))
+
+
+def test_sort_with_a_memory_level_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    from croupier.exchange.topology import Topology
+
+    slow = FAULT_CONFIG
+    levels = slow.with_(fast_tier=small_redis.url("l"), tier="levels")
+    gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=slow, executor=executor, seed=24)
+    plan = ExchangePlan(Topology((4, 2)), False)
+    reports = {}
+    for name, config in (("slow", slow), ("levels", levels)):
+        out = (tmp_path / name).as_uri()
+        reports[name] = sort((tmp_path / "in").as_uri(), out, 8, config, executor=executor, plan=plan)
+        assert valsort(out, slow, (tmp_path / "in").as_uri(), executor=executor)[0].ok
+        assert leftover_tmp(out, slow) == []
+    same_output(tmp_path / "slow", tmp_path / "levels", slow)
+    report = reports["levels"]
+    (entry,) = report.exchanges
+    assert entry["plan"] == "2-level 4x2, level 2 in memory" and report.summary["tiers"] == {"map": "levels"}, entry
+    x = {s.name: s.exchange for s in report.stages}
+    measured = {
+        "slow": {"PUT": x["map"].requests("PUT"), "GET": x["reduce level 2"].requests("GET"), "GET_RANGE": 0},
+        "fast": {"PUT": x["reduce level 2"].requests("PUT"), "GET": x["reduce"].requests("GET"), "GET_RANGE": 0},
+    }
+    assert measured == entry["predicted_requests_by_tier"] and entry["measured_requests"] == entry["predicted_requests"]
+    assert fast_objects(small_redis.url()) == []
+
+
+def test_group_by_with_a_memory_level_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    table = _table(60_000)
+    (tmp_path / "facts").mkdir()
+    for i, part in enumerate(table.iter_slices(15_000)):
+        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=4, algorithm="2-level+wc")
+    levels = slow.with_(fast_tier=small_redis.url("g"), tier="levels")
+    got = {}
+    for name, config in (("slow", slow), ("levels", levels)):
+        frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n")).sort("k")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+        for entry in report.exchanges:
+            assert entry["measured_requests"] == {k: entry["predicted_requests"].get(k, 0) for k in entry["measured_requests"]}, entry
+    assert got["levels"].equals(got["slow"])
+    assert any("in memory" in e["plan"] for e in report.exchanges), [e["plan"] for e in report.exchanges]
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+    """Both inputs of a partition-wise join go through hybrid exchanges: they share one P."""
+    rng = np.random.default_rng(9)
+    left = pl.DataFrame({"k": rng.integers(0, 5_000, 80_000).astype(np.int64), "x": rng.integers(0, 100, 80_000)})
+    right = pl.DataFrame({"k": np.arange(5_000, dtype=np.int64), "y": rng.integers(0, 100, 5_000)})
+    for name, table, parts in (("left", left, 4), ("right", right, 2)):
+        (tmp_path / name).mkdir()
+        for i, part in enumerate(table.iter_slices(len(table) // parts)):
+            pq.write_table(part.to_arrow(), tmp_path / name / f"part-{i}.parquet")
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3, broadcast_limit=0)  # a partition-wise join
+    hybrid = slow.with_(fast_tier=small_redis.url("j"), tier="hybrid")
+    got = {}
+    for name, config in (("slow", slow), ("hybrid", hybrid)):
+        frame = cf.scan_parquet(str(tmp_path / "left")).join(cf.scan_parquet(str(tmp_path / "right")), on="k").group_by("y").agg(col("x").sum().alias("sx")).sort("y")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+    assert got["hybrid"].equals(got["slow"])
+    plans = [e["plan"] for e in report.exchanges]
+    joined = [e for e in report.exchanges if e["consumer"] == next(x["consumer"] for x in report.exchanges if x["producer"].startswith("s0") and x["plan"].startswith("hybrid"))]
+    assert len(joined) == 2 and all(e["plan"].startswith("hybrid") for e in joined) and joined[0]["workers"] == joined[1]["workers"], plans
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_explain_lists_the_tier_candidates_beside_the_algorithms(tmp_path: Path) -> None:
+    """A fast tier of 6 MiB and ~4 MB of input in 8 files: explain shows slow and hybrid candidates
+    of the selector's search with their dominant terms, and the fast tier as not fitting."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(1)
+    (tmp_path / "t").mkdir()
+    for i in range(8):
+        pl.DataFrame({"k": rng.integers(0, 1 << 40, 40_000), "x": rng.normal(size=40_000)}).write_parquet(tmp_path / "t" / f"{i}.parquet")
+    replace(FastTierProfile.load("redis-loopback"), capacity=6 << 20).save(tmp_path / "tiny.json")
+    config = Config(fast_tier="redis://127.0.0.1:1/p", fast_profile=str(tmp_path / "tiny.json"), tmp_url=(tmp_path / "tmp").as_uri(), concurrency=2)
+    text = cf.scan_parquet(str(tmp_path / "t"), config=config).group_by("k").agg(col("x").sum()).explain()
+    assert "    tier: " in text and "the selector over tier x algorithm x P" in text, text
+    assert "tier slow" in text and "tier hybrid" in text and "hybrid r=" in text, text
+    assert "fast: does not fit" in text
