@@ -255,6 +255,27 @@ def test_comma_joins_follow_the_equalities() -> None:
         assert joins[:2] == [("b", "", True), ("u", "", True)], joins
 
 
+def test_a_filtered_table_joins_first_and_an_unfiltered_small_one_waits() -> None:
+    """Among connected tables a filtered one joins first (TPC-H q21's nation before lineitem);
+    a small unfiltered one keeps its written place (q5's supplier on the customer's nation would
+    multiply rows)."""
+    from croupier.sql.parse import parse
+
+    schemas = {
+        "big": pl.Schema({"id": pl.Int64, "k": pl.Int64, "nk": pl.Int64}),
+        "small": pl.Schema({"k": pl.Int64}),
+        "dim": pl.Schema({"nk": pl.Int64, "name": pl.String}),
+    }
+    sizes = {"big": 10**9, "small": 10**3, "dim": 10**4}
+
+    def order(query: str) -> list[str]:
+        tree = parse(query, schemas, sizes).tree
+        return [j.alias_or_name for j in tree.args["joins"]]
+
+    assert order("SELECT b.id FROM big b, small s, dim d WHERE b.k = s.k AND b.nk = d.nk AND d.name = 'x'") == ["d", "s"]
+    assert order("SELECT b.id FROM big b, big o, small s WHERE b.id = o.id AND b.k = s.k") == ["o", "s"]
+
+
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
     sources = {n: str(p) for n, p in tables.items()}
     with pytest.raises(ConfigError, match="unknown table|nope"):

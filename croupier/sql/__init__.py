@@ -33,7 +33,7 @@ def sql(text: str, tables: Mapping[str, Any], config: Config | None = None) -> A
 
     config = config or Config.from_env()
     nodes = {name: _table(source, config) for name, source in tables.items()}
-    parsed = parse(text, {name: node.schema for name, node in nodes.items()})
+    parsed = parse(text, {name: node.schema for name, node in nodes.items()}, _stored_bytes(nodes, config))
     node = QueryTranslator(nodes).query(parsed.tree)
     names = parsed.names if parsed.names is not None and len(parsed.names) == len(node.schema) else [parsed.case.get(n.lower(), n) for n in node.schema]
     node = _renamed(node, names)
@@ -50,6 +50,21 @@ def _table(source: Any, config: Config) -> Node:
         frame = scan_csv(text, config=config) if text.lower().rstrip("/").endswith(".csv") else scan_parquet(text, config=config)
         return frame._node
     raise ConfigError(f"SQL tables must be LazyFrames or URLs, got {type(source).__name__}")
+
+
+def _stored_bytes(nodes: dict[str, Node], config: Config) -> dict[str, int]:
+    """Stored bytes of each table that is a plain scan (one listing each), for join ordering."""
+    from croupier.frame.lazy import _Stores
+    from croupier.plan.logical import Scan
+    from croupier.dag.scan import resolve
+
+    stores = _Stores(config)
+    out = {}
+    for name, node in nodes.items():
+        if isinstance(node, Scan):
+            _, objects = resolve(node.spec.url, stores.store)
+            out[name] = sum(o.size for o in objects)
+    return out
 
 
 def _renamed(node: Node, names: list[str]) -> Node:
