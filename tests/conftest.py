@@ -23,6 +23,15 @@ BUCKET = "croupier-test"
 croupier.config.DEFAULT_CALIBRATION = "off"
 
 
+def sigint_default() -> None:
+    """``preexec_fn`` for a child a test stops with SIGINT: restore Python's Ctrl-C handling, which a
+    child inherits switched off when the test run itself was started in the background
+    (``cmd &`` and ``nohup`` set SIGINT to ignored, and Python then installs no KeyboardInterrupt)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A SeaweedFS server for the whole session, with the test bucket created."""

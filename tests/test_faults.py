@@ -23,7 +23,7 @@ from croupier.storage.faults import FaultSpec, FaultyBackend
 from croupier.storage.local import LocalBackend
 
 from . import helpers
-from .conftest import leftover_tmp
+from .conftest import leftover_tmp, sigint_default
 
 # --- the speculation policy (pure) ---------------------------------------------------------------
 
@@ -326,7 +326,7 @@ def test_ctrl_c_during_a_sort_leaves_nothing_behind(tmp_path: Path) -> None:
     inp, out = (tmp_path / "in").as_uri(), tmp_path / "out"
     gensort(inp, 200_000_000, 4, config)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "croupier.cli", "--concurrency", "2", "sort", inp, out.as_uri(), "--workers", "16"], env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "croupier.cli", "--concurrency", "2", "sort", inp, out.as_uri(), "--workers", "16"], env=env, stderr=subprocess.PIPE, preexec_fn=sigint_default)
     deadline = time.time() + 60
     while time.time() < deadline and not list(out.glob("_croupier_tmp/*/*/*")):
         time.sleep(0.02)

@@ -19,6 +19,8 @@ from croupier.config import Config
 from croupier.jobs.gensort import gensort
 from croupier.storage import open_store
 
+from .conftest import sigint_default
+
 CLI = [sys.executable, "-m", "croupier.cli", "--no-calibrate", "--no-progress", "--concurrency", "2"]
 SIZE = 100_000_000  # a sort of a few seconds on two cores: long enough to be stopped half-way
 
@@ -35,7 +37,7 @@ def _keys(url: str, config: Config) -> list[str]:
 
 
 def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=sigint_default)
 
 
 def _wait_for_work(out: str, config: Config, proc: subprocess.Popen[str], extra: float) -> None:

@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+from .conftest import sigint_default
+
 
 def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
-    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", "s3", "--bucket", "demo", "--dir", str(tmp_path / "s3")], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", "s3", "--bucket", "demo", "--dir", str(tmp_path / "s3")], stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     try:
         env = dict(os.environ)
         deadline = time.time() + 60
