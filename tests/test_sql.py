@@ -154,6 +154,8 @@ def test_joins(tables: dict[str, Path], query: str) -> None:
         "SELECT id FROM t WHERE EXISTS (SELECT * FROM t t2 WHERE t2.k = t.k AND t2.q + 1 <> t.q) AND NOT EXISTS (SELECT * FROM t t3 WHERE t3.k = t.k AND t3.d <> t.d AND t3.x < t3.q)",
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.s = t.s AND t2.id <> t.id)",
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g AND t2.q <> t.q)",
+        "SELECT t.id, u.w FROM t, u WHERE t.k = u.k AND t.k IN (SELECT k FROM t GROUP BY k HAVING count(*) > 30)",
+        "SELECT t.id, u.w FROM t LEFT JOIN u ON t.k = u.k WHERE u.label IS NOT NULL AND t.q > 0",
         "SELECT id, (SELECT max(w) FROM u) AS top FROM t WHERE x > (SELECT avg(x) FROM t)",
         "SELECT id FROM t WHERE x > (SELECT avg(x) FROM t t2 WHERE t2.g = t.g)",
         "SELECT id FROM t WHERE (SELECT count(*) FROM u WHERE (u.k = t.k AND u.w > 1) OR (u.k = t.k AND u.label = 'a')) > 0",
@@ -274,6 +276,11 @@ def test_a_filtered_table_joins_first_and_an_unfiltered_small_one_waits() -> Non
 
     assert order("SELECT b.id FROM big b, small s, dim d WHERE b.k = s.k AND b.nk = d.nk AND d.name = 'x'") == ["d", "s"]
     assert order("SELECT b.id FROM big b, big o, small s WHERE b.id = o.id AND b.k = s.k") == ["o", "s"]
+    # a LEFT JOIN whose columns WHERE requires non-null is an inner join, and joins early when filtered
+    tree = parse("SELECT b.id FROM big b JOIN big o ON b.id = o.id LEFT JOIN dim d ON d.nk = b.nk WHERE d.nk IS NOT NULL AND d.name = 'x'", schemas, sizes).tree
+    assert [(j.alias_or_name, j.side) for j in tree.args["joins"]] == [("d", ""), ("o", "")]
+    kept = parse("SELECT b.id FROM big b LEFT JOIN dim d ON d.nk = b.nk WHERE d.name IS NULL", schemas, sizes).tree
+    assert [j.side for j in kept.args["joins"]] == ["LEFT"]
 
 
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:

@@ -69,10 +69,29 @@ def _conjuncts_of(on: exp.Expr | None) -> list[exp.Expr]:
     return [p for p in parts if not (isinstance(p, exp.Boolean) and p.this is True)]
 
 
-def _has_filter(join: exp.Join) -> bool:
-    """A derived table (``SELECT ... FROM t WHERE ...``) that filters its one source."""
+def _has_filter(join: exp.Join, ctes: dict[str, exp.Expr]) -> bool:
+    """A derived table or CTE whose SELECT filters (WHERE or HAVING), e.g. sqlglot's ``_u_0`` for
+    TPC-H q18's ``IN (SELECT l_orderkey ... HAVING sum(l_quantity) > 300)``."""
     table = join.this
-    return isinstance(table, exp.Subquery) and isinstance(table.this, exp.Select) and table.this.args.get("where") is not None
+    query = table.this if isinstance(table, exp.Subquery) else ctes.get(table.name.lower()) if isinstance(table, exp.Table) else None
+    return isinstance(query, exp.Select) and (query.args.get("where") is not None or query.args.get("having") is not None)
+
+
+def _inner_when_null_rejected(select: exp.Select, joins: list[exp.Join]) -> None:
+    """A LEFT JOIN of ``a`` under ``WHERE ... AND a.x IS NOT NULL`` keeps exactly the rows an inner
+    join keeps (rows without a match have a.x NULL and are dropped either way), so make it inner:
+    then it can join early. sqlglot writes ``x IN (subquery)`` this way (TPC-H q18)."""
+    where = select.args.get("where")
+    if where is None:
+        return
+    rejected = set()
+    for part in _conjuncts_of(where.this):
+        if isinstance(part, exp.Not) and isinstance(part.this, exp.Is) and isinstance(part.this.expression, exp.Null) and isinstance(part.this.this, exp.Column):
+            rejected.add(part.this.this.table.lower())
+    for join in joins:
+        if (join.side or "").upper() == "LEFT" and (join.kind or "").upper() in ("", "OUTER") and join.alias_or_name.lower() in rejected and join.args.get("on") is not None:
+            join.set("side", None)
+            join.set("kind", None)
 
 
 def connect_joins(expression: exp.Expr, table_bytes: dict[str, int] | None = None) -> exp.Expr:
@@ -100,8 +119,10 @@ def connect_joins(expression: exp.Expr, table_bytes: dict[str, int] | None = Non
             table = source.this if source is not None else None
         return float(sizes.get(table.name.lower(), math.inf)) if isinstance(table, exp.Table) else math.inf
 
+    ctes = {cte.alias_or_name.lower(): cte.this for cte in expression.find_all(exp.CTE)}
     for select in list(expression.find_all(exp.Select)):
         source, joins = select.args.get("from_") or select.args.get("from"), select.args.get("joins") or []
+        _inner_when_null_rejected(select, joins)
         block = []
         for join in joins:
             if not _is_inner(join):
@@ -112,10 +133,12 @@ def connect_joins(expression: exp.Expr, table_bytes: dict[str, int] | None = Non
         names = {j.alias_or_name for j in block}
         conds = [c for j in block for c in _conjuncts_of(j.args.get("on"))]
         tables = [exp.column_table_names(c) & (names | {source.alias_or_name}) for c in conds]
+        where = select.args.get("where")
+        where_tables = [exp.column_table_names(c) for c in _conjuncts_of(where.this if where is not None else None)]
         placed, order, left = {source.alias_or_name}, [], list(block)
         while left:
             connected = [j for j in left if any(isinstance(c, exp.EQ) and j.alias_or_name in t and len(t) > 1 and t <= placed | {j.alias_or_name} for c, t in zip(conds, tables))]
-            filtered = [j for j in connected if any(t == {j.alias_or_name} for t in tables) or _has_filter(j)]
+            filtered = [j for j in connected if any(t == {j.alias_or_name} for t in tables + where_tables) or _has_filter(j, ctes)]
             pick = min(filtered, key=size) if filtered else (connected or left)[0]  # min keeps the first of equals
             left.remove(pick)
             order.append(pick)
