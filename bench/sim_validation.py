@@ -39,7 +39,7 @@ from _common import default_dir, s3_config  # noqa: E402
 
 
 def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int, shipped: str | None) -> list[tuple[str, float, float]]:
-    profile = StorageProfile.load(shipped) if shipped else calibrate(f"{base}/calibrate", config, quick=True, name=store)
+    profile = StorageProfile.load(shipped) if shipped else calibrate(f"{base}/calibrate", config, quick=True, name=store).profile
     platform = platform_of_profile(profile)
     points = []
     with LocalExecutor(config) as executor:
