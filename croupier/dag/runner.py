@@ -308,10 +308,17 @@ def read_output(runner: DagRunner, out: StageOutput) -> pl.DataFrame:
         bound = runner.exchanges.bound(out, runner.binder.broadcast(out.bytes, out.tasks, 1))
         data = read_spec(ctx, runner.exchanges.exchange_read(bound, 0))
     else:
-        parts = [out.inline[i] if i in out.inline else read_spec(ctx, runner.exchanges.forward_read(out, i)) for i in range(out.tasks)]
+        parts = [_from_arrow(out.inline[i]) if i in out.inline else read_spec(ctx, runner.exchanges.forward_read(out, i)) for i in range(out.tasks)]
         data = _conform(pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0], out.schema)
     runner.run.driver_io.merge(ctx.io)
     return data  # type: ignore[no-any-return]
+
+
+def _from_arrow(table: Any) -> pl.DataFrame:
+    """A task's inline rows (sent as an Arrow table) as a Polars frame."""
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _conform(frame: pl.DataFrame, schema: pl.Schema | None) -> pl.DataFrame:

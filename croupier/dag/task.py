@@ -269,7 +269,8 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
     if isinstance(sink, OutputWrite):
         return {"files": write_output(ctx, sink, data)}
     if inlined(sink, data):
-        return {"inline": data, "rows": data.height}
+        # as Arrow: pickling a Polars frame (DataFrame.serialize) can hang in a forked worker
+        return {"inline": data.to_arrow(), "rows": data.height}
     if isinstance(data, RecordRuns):
         chunks, rows = _record_chunks(sink, data)
         out: dict[str, Any] = {}
