@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from croupier import shipped
 from croupier.errors import ConfigError
 
 PROFILE_VERSION = 3
@@ -160,18 +160,7 @@ class StorageProfile:
     @classmethod
     def load(cls, path_or_name: str | Path) -> StorageProfile:
         """Load a profile file, or a shipped profile by name (aws-s3, ibm-cos, local, seaweedfs)."""
-        path = Path(path_or_name)
-        if path.exists():
-            text = path.read_text()
-        else:
-            shipped = resources.files("croupier.model") / "profiles" / f"{path_or_name}.json"
-            if not shipped.is_file():
-                raise ConfigError(f"no profile file {path_or_name!r} and no shipped profile of that name; shipped: {', '.join(shipped_names())}")
-            text = shipped.read_text()
-        try:
-            return cls.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"profile {path_or_name}: not a valid Croupier profile ({exc})") from exc
+        return shipped.load_shipped(path_or_name, "croupier.model", "profiles", "profile", cls.from_dict)
 
 
 def lookup_key(table: dict[str, float], kind: str) -> str | None:
@@ -192,8 +181,7 @@ def lookup_key(table: dict[str, float], kind: str) -> str | None:
 
 def shipped_names() -> list[str]:
     """Names of the profiles that ship with Croupier."""
-    folder = resources.files("croupier.model") / "profiles"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped.shipped_names("croupier.model", "profiles")
 
 
 def _migrate(data: dict[str, Any]) -> dict[str, Any]:

@@ -33,12 +33,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from croupier.config import Config
-from croupier.errors import ConfigError
+from croupier import shipped
 from croupier.exchange.hybrid import HybridPlan, compact_bytes, per_round_for
 from croupier.model.profile import StorageProfile, profile_for
 
@@ -103,18 +102,7 @@ class FastTierProfile:
     @classmethod
     def load(cls, path_or_name: str | Path) -> FastTierProfile:
         """A fast-tier profile file, or a shipped one by name (see :func:`shipped_tiers`)."""
-        path = Path(path_or_name)
-        if path.exists():
-            text = path.read_text()
-        else:
-            shipped = resources.files("croupier.model") / "tiers" / f"{path_or_name}.json"
-            if not shipped.is_file():
-                raise ConfigError(f"no fast-tier profile {path_or_name!r}; shipped: {', '.join(shipped_tiers())}")
-            text = shipped.read_text()
-        try:
-            return cls.from_dict(json.loads(text))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"fast-tier profile {path_or_name}: not valid ({exc})") from exc
+        return shipped.load_shipped(path_or_name, "croupier.model", "tiers", "fast-tier profile", cls.from_dict)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -122,8 +110,7 @@ class FastTierProfile:
 
 def shipped_tiers() -> list[str]:
     """Names of the shipped fast-tier profiles."""
-    folder = resources.files("croupier.model") / "tiers"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped.shipped_names("croupier.model", "tiers")
 
 
 def slow_exchange_seconds(profile: StorageProfile, nbytes: float, requests: float, workers: int) -> float:

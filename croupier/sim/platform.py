@@ -10,12 +10,10 @@ ElastiCache). Shipped platforms are JSON files in ``croupier/sim/platforms/``; t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from croupier import shipped
 from croupier.errors import ConfigError
 from croupier.model.profile import Curve, Prices, StorageProfile
 
@@ -162,18 +160,7 @@ class Platform:
     @classmethod
     def load(cls, name_or_path: str) -> Platform:
         """A platform file, or a shipped one by name (aws-lambda, ibm-cf)."""
-        path = Path(name_or_path)
-        if path.exists():
-            text = path.read_text()
-        else:
-            shipped = resources.files("croupier.sim") / "platforms" / f"{name_or_path}.json"
-            if not shipped.is_file():
-                raise ConfigError(f"no platform file {name_or_path!r} and no shipped platform of that name; shipped: {', '.join(platform_names())}")
-            text = shipped.read_text()
-        try:
-            return cls.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"platform {name_or_path}: not a valid Croupier platform file ({exc})") from exc
+        return shipped.load_shipped(name_or_path, "croupier.sim", "platforms", "platform", cls.from_dict)
 
     def at_memory(self, memory: float) -> Platform:
         """This platform for functions of ``memory`` bytes (their network, see :meth:`Network.at_memory`)."""
@@ -196,8 +183,7 @@ def _network(data: dict[str, Any]) -> Network:
 
 def platform_names() -> list[str]:
     """Names of the shipped platforms."""
-    folder = resources.files("croupier.sim") / "platforms"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped.shipped_names("croupier.sim", "platforms")
 
 
 #: Which shipped platform goes with a shipped storage profile.
