@@ -71,3 +71,57 @@ def test_s3_connection_refused_is_transient_and_retried() -> None:
         store.get("k")
     assert isinstance(info.value.__cause__, TransientStorageError)
     assert store.stats.kinds["GET"].retries == 1
+
+
+class SlowRangeBackend(LocalBackend):
+    """The real local backend, each ranged read taking ``delay`` seconds."""
+
+    def __init__(self, root: Path, delay: float) -> None:
+        super().__init__(root)
+        self.delay = delay
+
+    def get_range(self, key: str, start: int, end: int) -> Buffer:
+        import time
+
+        time.sleep(self.delay)
+        return super().get_range(key, start, end)
+
+
+def test_busy_clock_is_the_union_of_request_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
+    from croupier.storage import stats as stats_module
+
+    now = [0.0]
+    monkeypatch.setattr(stats_module.time, "perf_counter", lambda: now[0])
+    clock = stats_module.BusyClock()
+    clock.enter()  # request A: 0 .. 3
+    now[0] = 1.0
+    clock.enter()  # request B: 1 .. 2, inside A
+    now[0] = 2.0
+    clock.exit()
+    assert clock.seconds() == 2.0  # A still in flight: counted up to now
+    now[0] = 3.0
+    clock.exit()
+    now[0] = 10.0  # idle: not counted
+    clock.enter()  # request C: 10 .. 11.5
+    now[0] = 11.5
+    clock.exit()
+    assert clock.seconds() == 4.5
+
+
+def test_concurrent_range_reads_count_once_as_waiting_time(tmp_path: Path) -> None:
+    """Eight ranges fetched at once wait about one request's time, not eight (issue 15: summed
+    request seconds exceeded the phase's wall time and the fit set its compute to zero)."""
+    from croupier.storage.stats import BusyClock
+
+    clock = BusyClock()
+    store = Store(SlowRangeBackend(tmp_path, delay=0.2), clock=clock)
+    store.put("k", bytes(800))
+    ranges = [(i * 100, (i + 1) * 100) for i in range(8)]
+    assert [len(bytes(b)) for b in store.get_ranges("k", ranges)] == [100] * 8
+    summed = store.stats.kinds["GET_RANGE"].seconds
+    assert summed >= 8 * 0.2
+    assert 0.2 <= clock.seconds() < summed / 2
+    view = store.sub("other")  # views of the store share the clock
+    view.put("k", bytes(10))
+    view.get_range("k", 0, 10)
+    assert clock.seconds() >= 0.4

@@ -8,6 +8,7 @@ from croupier.storage.prefetch import PrefetchCache
 from croupier.config import Config
 from croupier.storage import IOStats, Store, open_backend
 from croupier.storage.backend import Backend
+from croupier.storage.stats import BusyClock
 
 
 @dataclass
@@ -21,6 +22,8 @@ class TaskContext:
                   "exchange" for shuffle objects), returned to the driver with the result
         backends: backend cache of the worker process, shared across its tasks (connection reuse)
         prefetch: this task's inputs fetched ahead by the worker (look-ahead prefetch), if any
+        clock:    wall-clock seconds this task had a request in flight (the union over its stores
+                  and threads: the time it waited on storage)
     """
 
     task_id: str
@@ -28,13 +31,14 @@ class TaskContext:
     channels: dict[str, IOStats] = field(default_factory=dict)
     backends: dict[str, Backend] = field(default_factory=dict)
     prefetch: PrefetchCache | None = None
+    clock: BusyClock = field(default_factory=BusyClock)
 
     def store(self, url: str, channel: str = "data") -> Store:
         """Open the store named by ``url``; its requests count against this task, under ``channel``."""
         backend = self.backends.get(url)
         if backend is None:
             backend = self.backends[url] = open_backend(url, self.config)
-        return Store(backend, self.config.retry, self.channels.setdefault(channel, IOStats()), prefetch=self.prefetch)
+        return Store(backend, self.config.retry, self.channels.setdefault(channel, IOStats()), prefetch=self.prefetch, clock=self.clock)
 
     @property
     def io(self) -> IOStats:

@@ -180,8 +180,10 @@ class Phases:
 
 
 def _io_seconds(ctx: TaskContext) -> float:
-    """Seconds the task spent waiting on requests (prefetched ones ran while it did something else)."""
-    return sum(k.seconds - k.prefetched_seconds for stats in ctx.channels.values() for k in stats.kinds.values())
+    """Wall-clock seconds the task has spent waiting on requests: concurrent requests count once
+    (their union, not their sum), and prefetched ones, which ran while it did something else, not
+    at all."""
+    return ctx.clock.seconds()
 
 
 def data_bytes(data: Any) -> int:

@@ -10,6 +10,7 @@ add them up per stage.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -132,3 +133,38 @@ class IOStats:
     def from_dict(cls, data: dict[str, dict[str, float]]) -> IOStats:
         """Inverse of :meth:`to_dict`."""
         return cls({k: KindStats(**v) for k, v in data.items()})  # type: ignore[arg-type]
+
+
+class BusyClock:
+    """Wall-clock seconds during which at least one request was in flight: the union of the
+    requests' time intervals, not their sum.
+
+    A task that fetches eight byte ranges at once for 0.1 s waited 0.1 s on storage, not 0.8 s;
+    summing request seconds made a phase's "request time" exceed its wall time, so the fit read
+    its compute as zero (issue 15). Shared by all of one task's stores and threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._since = 0.0
+        self._total = 0.0
+
+    def enter(self) -> None:
+        """A request starts."""
+        with self._lock:
+            if self._inflight == 0:
+                self._since = time.perf_counter()
+            self._inflight += 1
+
+    def exit(self) -> None:
+        """A request ends (successfully or not)."""
+        with self._lock:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._total += time.perf_counter() - self._since
+
+    def seconds(self) -> float:
+        """Busy seconds so far, counting requests still in flight up to now."""
+        with self._lock:
+            return self._total + (time.perf_counter() - self._since if self._inflight else 0.0)

@@ -19,7 +19,7 @@ from croupier.config import RetryPolicy
 from croupier.errors import ObjectExists, ObjectNotFound, StorageError, TransientStorageError, VersionMismatch
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
 from croupier.storage.location import Location
-from croupier.storage.stats import IOStats
+from croupier.storage.stats import BusyClock, IOStats
 
 if TYPE_CHECKING:
     from croupier.storage.prefetch import PrefetchCache
@@ -48,8 +48,10 @@ class Store:
         prefix: str = "",
         sleep: Callable[[float], None] = time.sleep,
         prefetch: PrefetchCache | None = None,
+        clock: BusyClock | None = None,
     ) -> None:
         self.backend = backend
+        self.clock = clock
         self.prefetch = prefetch
         self.retry = retry
         self.stats = stats if stats is not None else IOStats()
@@ -70,7 +72,7 @@ class Store:
 
     def sub(self, prefix: str) -> Store:
         """Return a view rooted at ``prefix`` below this one; it shares backend and counters."""
-        return Store(self.backend, self.retry, self.stats, self.prefix + prefix.strip("/"), self._sleep, self.prefetch)
+        return Store(self.backend, self.retry, self.stats, self.prefix + prefix.strip("/"), self._sleep, self.prefetch, self.clock)
 
     def put(self, key: str, data: Buffer | Sequence[Buffer]) -> None:
         """Store ``data`` (one buffer, or a list/tuple of parts to concatenate) at ``key`` atomically.
@@ -235,7 +237,17 @@ class Store:
         self.backend.close()
 
     def _run(self, kind: str, key: str, call: Callable[[], T], size_of: Callable[[T], int]) -> T:
-        """Run one request, retrying transient failures with exponential backoff and full jitter."""
+        """Run one request, retrying transient failures with exponential backoff and full jitter;
+        the whole of it, back-off included, counts as time waiting on storage (``clock``)."""
+        if self.clock is None:
+            return self._attempts(kind, key, call, size_of)
+        self.clock.enter()
+        try:
+            return self._attempts(kind, key, call, size_of)
+        finally:
+            self.clock.exit()
+
+    def _attempts(self, kind: str, key: str, call: Callable[[], T], size_of: Callable[[T], int]) -> T:
         policy = self.retry
         for attempt in range(1, policy.attempts + 1):
             started = time.perf_counter()
