@@ -62,3 +62,26 @@ def test_frames_keep_dtypes_including_categoricals_dates_and_binary() -> None:
     assert got.schema == df.schema
     assert got.to_dicts() == [df.row(1, named=True), df.row(0, named=True), df.row(2, named=True)]
     assert codec.decode([], df.schema).schema == df.schema
+
+
+@pytest.mark.parametrize("fmt", FRAME_FORMATS)
+def test_many_small_and_large_payloads_decode_in_order_as_one_contiguous_frame(fmt: str) -> None:
+    """A broadcast read gathers every bucket of every producer: hundreds of tiny payloads, read as
+    one stream, mixed with large ones read in place; rows come back in payload order, in one chunk
+    per column (Polars ops on a frame of 1,536 chunks ran 25x slower), compressed or not."""
+    from croupier.ops.payload import SMALL_PAYLOAD
+
+    rng = np.random.default_rng(3)
+    codec = FrameCodec(fmt)
+    small = pl.DataFrame({"k": rng.integers(0, 1000, 3000), "s": rng.choice(["MAIL", "SHIP", None], 3000)})
+    large = pl.DataFrame({"k": np.arange(40_000), "s": ["x" * 5] * 40_000})
+    chunks = codec.encode(small, rng.integers(0, 128, small.height), 128, 0)  # ~20 rows per bucket
+    big = codec.encode(large, np.zeros(large.height, dtype=np.int64), 1, 1)
+    assert sum(memoryview(p).nbytes for c in big for p in c.parts) >= SMALL_PAYLOAD
+    more = codec.encode(small, rng.integers(0, 128, small.height), 128, 2)
+    order = chunks + big + more
+    got = codec.decode(order, small.schema)
+    parts = [codec.decode([c], small.schema) for c in order]
+    assert got.equals(pl.concat(parts))
+    assert got.height == 2 * small.height + large.height
+    assert got.n_chunks("all") == [1, 1]
