@@ -163,7 +163,9 @@ class Config:
     max_workers:         largest P the selector may choose; None: from the profile
     broadcast_limit:     queries: a join is a broadcast join (no shuffle of the probe side) when its
                          build side, measured at run time, times the probe side's tasks (each
-                         reads all of it) is at most this many bytes; else a shuffle hash join
+                         reads all of it) is at most this many bytes, or less than a shuffle of
+                         the probe side (a table scan) would move; else a shuffle hash join.
+                         0: never broadcast
     gather_limit:        queries: a sort whose input measures at most this many bytes runs in one
                          task; above it, sampled range partitioning over P tasks
     workers:             force P for every partitioned exchange of a job (None: the selector's

@@ -200,10 +200,11 @@ def parquet_splits(
     """Row-group splits of the Parquet ``objects`` after pruning, about ``parts`` of them; and counts.
 
     Split size aims at (needed bytes / parts) within [smallest, largest]; a split never crosses
-    files. Needed bytes are the column chunks of the projected columns in unpruned row groups.
+    files. Needed bytes are the column chunks of the projected columns in unpruned row groups
+    (``bytes_uncompressed``: the same, before compression: about what decoding them yields).
     ``footers``: the objects' footers by key, already read (else each is read here, in turn).
     """
-    counts = {"row_groups": 0, "row_groups_pruned": 0, "bytes_needed": 0}
+    counts = {"row_groups": 0, "row_groups_pruned": 0, "bytes_needed": 0, "bytes_uncompressed": 0}
     wanted = spec.predicate.columns() if spec.predicate is not None else set()
     kept: list[tuple[ObjectInfo, int, list[tuple[int, int]]]] = []
     for obj in objects:
@@ -217,6 +218,7 @@ def parquet_splits(
                 counts["row_groups_pruned"] += 1
                 continue
             kept.append((obj, r, [_chunk_range(rg.column(i)) for i in columns]))
+            counts["bytes_uncompressed"] += sum(rg.column(i).total_uncompressed_size for i in columns)
     counts["bytes_needed"] = sum(e - s for _, _, chunk in kept for s, e in chunk)
     target = min(largest, max(smallest, counts["bytes_needed"] // max(1, parts)))
     splits: list[Split] = []

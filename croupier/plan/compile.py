@@ -32,7 +32,7 @@ from typing import Any
 from croupier.config import Config
 from croupier.dag.binding import sort_phases
 from croupier.dag.operators import Filter as FilterOp
-from croupier.dag.operators import Head, Operator, Select, TagRows
+from croupier.dag.operators import HashJoin, Head, Operator, Select, TagRows
 from croupier.dag.operators import Window as WindowOp
 from croupier.dag.operators import Sort as SortOp
 from croupier.dag.runner import DagRunner, StageOutput
@@ -51,7 +51,7 @@ from croupier.dag.stage import (
 )
 from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window, walk
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
 
@@ -182,6 +182,8 @@ class Compiler:
     def _join(self, node: Join) -> Pipeline:
         if node.how == "cross":
             return self._cross_join(node)
+        if self._left_first(node):
+            return self._join_left_first(node)
         build = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on)), "build")
         probe = self.compile(node.left)
         out = self.wait(build)
@@ -195,10 +197,58 @@ class Compiler:
         probe_stage = self.stage(probe, ExchangeSink(HashPartitioning(node.left_on), plan=plan), "probe")
         return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
 
+    def _left_first(self, node: Join) -> bool:
+        """Whether to run the left side of an inner join first, as its build side: when the right
+        side is a whole table (no filter: it will not shrink) whose columns take more than twice
+        the stored bytes of the largest table under the left side. TPC-H q5 joins its filtered
+        orders-and-customers to all of lineitem: built on the right, lineitem (184 MiB at SF 1) was
+        shuffled; built on the left, 5 MiB are broadcast to lineitem's scan tasks instead. Only
+        joins whose result does not depend on the sides' roles: inner, both keys kept
+        (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
+        if self.dry or node.how != "inner" or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
+            return False
+        right = node.right
+        while isinstance(right, Project):
+            right = right.input
+        if not isinstance(right, Scan) or right.spec.predicate is not None:
+            return False
+        left = [self._stored_bytes(n.spec) for n in walk(node.left) if isinstance(n, Scan)]
+        return bool(left) and 2 * max(left) < self._stored_bytes(right.spec)
+
+    def _stored_bytes(self, spec: ScanSpec, uncompressed: bool = False) -> int:
+        """Bytes a scan will fetch: its splits' column chunks (Parquet, after row-group pruning;
+        ``uncompressed``: their size before compression, about what decoding yields) or byte
+        ranges."""
+        assert self.runner is not None
+        splits, counts = self.runner.scans.splits(spec)
+        if uncompressed and counts.get("bytes_uncompressed"):
+            return counts["bytes_uncompressed"]
+        return sum(sum(e - b for b, e in s.ranges) if s.ranges else max(0, s.end - s.start) or s.size for s in splits)
+
+    def _join_left_first(self, node: Join) -> Pipeline:
+        """An inner join built on its left side (see :meth:`_left_first`): broadcast to the right
+        side's tasks when small, columns put back in the join's order; else a shuffle hash join
+        as usual, the left side already partitioned."""
+        build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "build")
+        probe = self.compile(node.right)
+        out = self.wait(build)
+        self.notes.append(f"{node.label()}: the right side is a whole table larger than the left side's tables -> the left side ({build.name}) is built first")
+        if self._broadcast(node, build, out, probe):
+            probe.sides[build.name] = ExchangeInput(build, "all")
+            probe.ops.append(HashJoin(build.name, node.right_on, node.left_on, "inner", node.suffix, False))
+            probe.ops.append(Select(tuple(Col(c) for c in node.schema.names())))
+            return probe
+        plan = out.plan if out is not None and out.early else None
+        right = self.stage(probe, ExchangeSink(HashPartitioning(node.right_on), plan=plan), "probe")
+        return Pipeline(ExchangeInput(build, "partition"), [node.operator(right.name)], {right.name: ExchangeInput(right, "partition")})
+
     def _broadcast(self, node: Join, build: Stage, out: StageOutput | None, probe: Pipeline) -> bool:
-        """Whether the build side, as measured, is small enough to send to every probe task (and
-        was written for late binding: a build side whose plan was bound before it wrote — a forced
-        plain algorithm — is laid out for that plan's consumers, so the join shuffles with it)."""
+        """Whether the build side, as measured, is small enough to send to every probe task: at most
+        ``config.broadcast_limit`` in all, or less than a shuffle of the probe side would move (a
+        probe side that is a table scan: its columns' uncompressed bytes; the shuffle also
+        re-encodes, writes and reads them back) — and was written for late binding (a build side whose plan was bound before it
+        wrote — a forced plain algorithm — is laid out for that plan's consumers, so the join
+        shuffles with it)."""
         limit = self.config.broadcast_limit
         if out is not None and out.early:
             self.notes.append(f"{node.label()}: build side {build.name} was bound early ({out.plan.name if out.plan is not None else 'a fixed plan'}) -> shuffle hash join with the same plan")
@@ -212,6 +262,10 @@ class Compiler:
         sizes = f"build side {build.name} measured {format_bytes(out.bytes)} x {tasks} probe task(s) = {format_bytes(traffic)}"
         if traffic <= limit:
             self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
+            return True
+        shuffled = self._stored_bytes(probe.source.spec, uncompressed=True) if isinstance(probe.source, ScanSource) else None
+        if limit > 0 and shuffled is not None and traffic <= shuffled:
+            self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)}, but a shuffle would move the probe side's {format_bytes(shuffled)} (its columns, uncompressed) -> broadcast join")
             return True
         self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)} -> shuffle hash join")
         return False
