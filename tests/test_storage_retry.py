@@ -125,3 +125,30 @@ def test_concurrent_range_reads_count_once_as_waiting_time(tmp_path: Path) -> No
     view.put("k", bytes(10))
     view.get_range("k", 0, 10)
     assert clock.seconds() >= 0.4
+
+
+def _pool_in_child(queue: "object") -> None:
+    from croupier.storage.threads import shared_pool
+
+    queue.put(list(shared_pool("test", 2).map(lambda x: x * 2, [1, 2, 3])))  # type: ignore[attr-defined]
+
+
+def test_shared_pools_are_one_per_process_and_work_after_a_fork() -> None:
+    """Requests in flight share the process's pools (a pool per task cost ~2 ms of thread starts);
+    a forked worker, whose parent's threads did not survive the fork, gets its own."""
+    import multiprocessing
+
+    from croupier.storage.threads import shared_pool
+
+    pool = shared_pool("test", 2)
+    assert shared_pool("test", 2) is pool and shared_pool("other", 2) is not pool
+    assert list(pool.map(lambda x: x + 1, [1, 2])) == [2, 3]
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_pool_in_child, args=(queue,))
+    child.start()
+    try:
+        assert queue.get(timeout=30) == [2, 4, 6]
+    finally:
+        child.join(timeout=30)
+    assert child.exitcode == 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
@@ -34,6 +33,7 @@ from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.segments import Chunk
 from croupier.storage import Store
 from croupier.storage.backend import Buffer
+from croupier.storage.threads import shared_pool
 
 Plan = Union[ExchangePlan, BroadcastPlan]
 #: Segment boundaries of a combined object (segments + 1 offsets); None for plain objects.
@@ -139,8 +139,7 @@ def fetch(store: Store, fetches: Sequence[Fetch], wait: float, other: Callable[[
 
     if len(fetches) == 1:
         return one(fetches[0])
-    with ThreadPoolExecutor(min(FETCH_THREADS, len(fetches))) as pool:
-        return [c for chunks in pool.map(one, fetches) for c in chunks]
+    return [c for chunks in shared_pool("fetch", FETCH_THREADS).map(one, fetches) for c in chunks]
 
 
 def pass_level(store: Store, plan: Plan, level: int, worker: int, fetches: Sequence[Fetch], wait: float, prefix: str = "", other: Callable[[str], Store] | None = None) -> tuple[Written, int]:

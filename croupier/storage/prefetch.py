@@ -18,18 +18,15 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from croupier.storage.backend import Backend, Buffer
+from croupier.storage.threads import shared_pool
 
 #: (store URL, key, start, end); start = end = None for a whole object.
 Input = tuple[str, str, int | None, int | None]
 FETCH_THREADS = 4
-_POOL: ThreadPoolExecutor | None = None
 
 
 def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="croupier-prefetch")
-    return _POOL
+    return shared_pool("prefetch", FETCH_THREADS)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from croupier.config import RetryPolicy
@@ -20,6 +19,7 @@ from croupier.errors import ObjectExists, ObjectNotFound, StorageError, Transien
 from croupier.storage.backend import Backend, Buffer, ObjectInfo
 from croupier.storage.location import Location
 from croupier.storage.stats import BusyClock, IOStats
+from croupier.storage.threads import shared_pool
 
 if TYPE_CHECKING:
     from croupier.storage.prefetch import PrefetchCache
@@ -57,7 +57,6 @@ class Store:
         self.stats = stats if stats is not None else IOStats()
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self._sleep = sleep
-        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def url(self) -> str:
@@ -176,9 +175,7 @@ class Store:
         """Return several byte ranges of one object, fetched concurrently (one ranged GET each)."""
         if len(ranges) <= 1:
             return [self.get_range(key, s, e) for s, e in ranges]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(RANGE_FETCH_THREADS, thread_name_prefix="croupier-range")
-        return list(self._pool.map(lambda r: self.get_range(key, r[0], r[1]), ranges))
+        return list(shared_pool("range", RANGE_FETCH_THREADS).map(lambda r: self.get_range(key, r[0], r[1]), ranges))
 
     def head(self, key: str) -> ObjectInfo:
         """Return the key, size and version of one object."""
@@ -230,10 +227,7 @@ class Store:
         return len(keys)
 
     def close(self) -> None:
-        """Release the range-fetch threads and the backend's connections."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        """Release the backend's connections (the range-fetch threads are the process's, shared)."""
         self.backend.close()
 
     def _run(self, kind: str, key: str, call: Callable[[], T], size_of: Callable[[T], int]) -> T:
