@@ -85,3 +85,18 @@ def test_many_small_and_large_payloads_decode_in_order_as_one_contiguous_frame(f
     assert got.equals(pl.concat(parts))
     assert got.height == 2 * small.height + large.height
     assert got.n_chunks("all") == [1, 1]
+
+
+def test_wire_schemas_are_remembered_per_exact_schema() -> None:
+    """The remembered wire schema of one schema is never handed to another that differs only in a
+    dtype's parameters (a wrong one would decode the bytes as the wrong type)."""
+    from croupier.ops.payload import wire_schema
+
+    variants = [
+        {"d": pl.Decimal(10, 2)}, {"d": pl.Decimal(12, 2)}, {"d": pl.Decimal(10, 3)},
+        {"d": pl.Datetime("us")}, {"d": pl.Datetime("ns")}, {"d": pl.Datetime("us", "UTC")},
+        {"d": pl.List(pl.Datetime("us"))}, {"d": pl.List(pl.Datetime("ms"))}, {"d": pl.Array(pl.Int8, 3)},
+    ]  # fmt: skip
+    got = [wire_schema(pl.Schema(v)) for v in variants]
+    assert len({str(s) for s in got}) == len(variants)
+    assert all(wire_schema(pl.Schema(v)) is s for v, s in zip(variants, got))

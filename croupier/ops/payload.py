@@ -18,8 +18,9 @@ bucket. The partitioner (which row goes to which bucket) is pure CPU work in
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import polars as pl
@@ -145,8 +146,18 @@ def _record_batch(records: np.ndarray) -> pa.RecordBatch:
 
 def wire_schema(schema: pl.Schema) -> pa.Schema:
     """The Arrow schema a frame of ``schema`` travels with (categoricals as plain strings: IPC
-    dictionary batches cannot be cut per bucket)."""
-    return pl.DataFrame(schema=_plain(schema)).to_arrow().schema
+    dictionary batches cannot be cut per bucket). Remembered per schema: working it out builds
+    an empty frame, 0.2 ms, twice in every exchange read and write."""
+    items = tuple(schema.items())
+    try:
+        return _wire_schema(items)
+    except TypeError:  # a dtype that cannot be hashed: work it out every time
+        return _wire_schema.__wrapped__(items)
+
+
+@functools.lru_cache(maxsize=256)
+def _wire_schema(items: tuple[tuple[str, Any], ...]) -> pa.Schema:
+    return pl.DataFrame(schema=_plain(pl.Schema(items))).to_arrow().schema
 
 
 def _plain(schema: pl.Schema) -> pl.Schema:
