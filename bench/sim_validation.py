@@ -5,15 +5,19 @@ For each store: calibrate it (``--quick``; or ``--shipped`` to use the shipped `
 (:func:`croupier.sim.platform.platform_of_profile`: no burst, the profile's bandwidths, request
 ceilings as one partition's rates, latencies from the per-worker curve, no stragglers), then over a
 grid of sizes x P x every plan of P (up to ``--max-levels``): run the sort and time its exchange
-stages (map + levels + reduce), simulate the same plan, and print both. Ends with the mean
-absolute error per store and overall and how many points are within 15% (the issue's target).
+stages (map + levels + reduce), simulate the same plan, and print both, with the analytical
+model's prediction from the same profile beside them. Ends with the mean absolute error per store
+and overall (simulator and model) and how many points are within 15% (the issue's target).
+``--save FILE``: also write each store's profile and the points as JSON, so that another version
+of the simulator can be compared on the very same measurements.
 
-    python bench/sim_validation.py [--sizes 20MB,100MB] [--workers 2,4,8] [--skip-s3] [--shipped]
+    python bench/sim_validation.py [--sizes 20MB,100MB] [--workers 2,4,8] [--skip-s3] [--shipped] [--save FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -27,6 +31,7 @@ from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
 from croupier.jobs.calibrate import calibrate
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
+from croupier.model.perf import predict
 from croupier.model.profile import StorageProfile
 from croupier.sim.engine import SimSettings, simulate_sort
 from croupier.sim.platform import platform_of_profile
@@ -38,7 +43,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import default_dir, s3_config  # noqa: E402
 
 
-def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int, shipped: str | None) -> list[tuple[str, float, float]]:
+Point = tuple[str, float, float, float]  # label, simulated, measured, model
+
+
+def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int, shipped: str | None, saved: dict) -> list[Point]:
     profile = StorageProfile.load(shipped) if shipped else calibrate(f"{base}/calibrate", config, quick=True, name=store).profile
     platform = platform_of_profile(profile)
     points = []
@@ -50,9 +58,12 @@ def run_store(store: str, base: str, config: Config, sizes: list[int], workers: 
                     measured = min(exchange_seconds(sort(f"{base}/in", f"{base}/out", p, config, overwrite=True, executor=executor, plan=plan)) for _ in range(repeat))
                     result = simulate_sort(plan, size, platform, profile, seed=0, settings=SimSettings(speculation=False))
                     simulated = result.seconds
+                    model = predict(plan, size, profile).seconds
                     label = f"{store} {format_bytes(size)} P={p} {plan.name}"
-                    points.append((label, simulated, measured))
-                    print(f"  {label:<48} simulated {simulated:7.3f} s  measured {measured:7.3f} s  error {100 * (simulated / measured - 1):+6.1f}%", flush=True)
+                    points.append((label, simulated, measured, model))
+                    saved.setdefault("points", []).append({"store": store, "size": size, "workers": p, "plan": plan.name, "measured": measured, "simulated": simulated, "model": model})
+                    print(f"  {label:<48} simulated {simulated:7.3f} s  measured {measured:7.3f} s  error {100 * (simulated / measured - 1):+6.1f}%  (model {100 * (model / measured - 1):+6.1f}%)", flush=True)
+    saved.setdefault("profiles", {})[store] = json.loads(profile.to_json())
     open_store(base, config).delete_prefix()
     return points
 
@@ -67,26 +78,34 @@ def main() -> None:
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--shipped", action="store_true", help="use the shipped profiles instead of calibrating first")
+    parser.add_argument("--save", help="write the profiles and points to this JSON file")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     workers = [int(p) for p in args.workers.split(",")]
     config = Config(concurrency=args.concurrency, progress=False)
-    points: list[tuple[str, float, float]] = []
+    points: list[Point] = []
+    saved: dict = {}
     root = default_dir(max(sizes), "croupier-bench-sim")
     if not args.skip_local:
         try:
-            points += run_store("local", root.as_uri(), config, sizes, workers, args.max_levels, args.repeat, "local" if args.shipped else None)
+            points += run_store("local", root.as_uri(), config, sizes, workers, args.max_levels, args.repeat, "local" if args.shipped else None, saved)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     if not args.skip_s3:
         with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
             server.wait_ready("bench")
-            points += run_store("seaweedfs", "s3://bench/sim", s3_config(config, server), sizes, workers, args.max_levels, args.repeat, "seaweedfs-loopback" if args.shipped else None)
+            points += run_store("seaweedfs", "s3://bench/sim", s3_config(config, server), sizes, workers, args.max_levels, args.repeat, "seaweedfs-loopback" if args.shipped else None, saved)
+    if args.save:
+        Path(args.save).write_text(json.dumps(saved, indent=1))
     for store in ("local", "seaweedfs", ""):
-        mine = [abs(s / m - 1) * 100 for label, s, m in points if label.startswith(store)]
+        mine = [abs(s / m - 1) * 100 for label, s, m, _ in points if label.startswith(store)]
+        model = [abs(e / m - 1) * 100 for label, _, m, e in points if label.startswith(store)]
         if mine:
             within = sum(e <= 15 for e in mine)
-            print(f"{store or 'all'}: mean absolute error {sum(mine) / len(mine):.1f}% over {len(mine)} points; {within} within 15%")
+            print(
+                f"{store or 'all'}: mean absolute error {sum(mine) / len(mine):.1f}% over {len(mine)} points; {within} within 15%"
+                f" (model: {sum(model) / len(model):.1f}%, {sum(e <= 15 for e in model)} within 15%)"
+            )
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from croupier.exchange.plan import ExchangePlan
-from croupier.model.profile import StorageProfile
-from croupier.sim.engine import Batch, NetworkBucket, SimSettings, Simulation, StageSpec, Store, TaskIO, TaskRecord, simulate_sort, sort_stages
-from croupier.sim.platform import Invocation, Network, Platform, Speculation, StoreLimits, Stragglers
+from croupier.errors import ConfigError
+from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.model.perf import predict, stage_facts
+from croupier.model.profile import Curve, StorageProfile
+from croupier.model.stage import kind_seconds
+from croupier.sim.engine import Batch, NetworkBucket, ProfileIO, SimSettings, Simulation, StageSpec, Store, TaskIO, TaskRecord, simulate_sort, sort_stages
+from croupier.sim.platform import WRITE_STREAMS, Invocation, Network, Platform, Speculation, StoreLimits, Stragglers, platform_of_profile
 
 MiB, GiB = 2**20, 2**30
 
@@ -165,3 +168,119 @@ def test_store_aggregate_bandwidth_is_shared_by_all_functions() -> None:
     assert result.seconds == pytest.approx(0.1 + 2.0)
     free = Simulation(quiet_platform(), settings=SimSettings(speculation=False)).run([StageSpec("s", (task,) * 4)])
     assert free.seconds == pytest.approx(0.4 + 1.0)
+
+
+# --- a store this machine calibrated: the simulator on the model's terms -------------------------
+def calibrated_profile(**changes: object) -> StorageProfile:
+    """A calibrated-store-like profile with round numbers: reads 10 req/s per stream (ceiling 40),
+    writes 5 req/s per stream (ceiling 10), at every size; bandwidths 100 MB/s read, 10 MB/s write."""
+    profile = StorageProfile(
+        name="round",
+        source="test",
+        read=Curve((1e3, 1e6), (10.0, 10.0), (40.0, 40.0)),
+        write=Curve((1e3, 1e6), (5.0, 5.0), (10.0, 10.0)),
+        read_bandwidth=100e6,
+        write_bandwidth=10e6,
+        startup_seconds=0.0,
+        wave_seconds=0.0,
+        concurrency=2,
+    )
+    return replace(profile, **changes)
+
+
+def test_profile_io_reads_and_writes_at_their_own_curve_bandwidth_and_multiplier() -> None:
+    io = ProfileIO(calibrated_profile(read_scale=2.0, write_scale=3.0))
+    # 1 kB: the curve's 1 / a(s) dominates (0.1 s read, 0.2 s write), times the multiplier; the
+    # store's share is scale / qmax(s)
+    assert io.seconds("GET", 1e3) == pytest.approx((2 * 0.1, 2 / 40))
+    assert io.seconds("PUT", 1e3) == pytest.approx((3 * 0.2, 3 / 10))
+    # 1 MB: 1 MB / 10 MB/s = 0.1 s per write against 1 / a = 0.2 s: the slower one counts
+    assert io.seconds("PUT", 1e6)[0] == pytest.approx(3 * max(0.2, 0.1))
+    # 10 MB (beyond the grid: a(s) falls as 1/s past the largest size): reads at 100 MB/s vs 1 / a
+    a = Curve((1e3, 1e6), (10.0, 10.0), (40.0, 40.0)).q(1e7, 1.0)
+    assert io.seconds("GET", 1e7)[0] == pytest.approx(2 * max(1 / a, 0.1))
+
+
+def test_derived_platform_streams_add_up_until_the_store_ceiling() -> None:
+    profile = calibrated_profile()
+    platform = platform_of_profile(profile)
+    assert platform.io_from_profile and platform.write_streams == 1
+    # one task fetching 8 small objects on 8 streams: each stream busy 0.1 s, the store serves 40/s: 0.2 s
+    reads = tuple(Batch(f"k{i}", 1, 1e3) for i in range(8))
+    task = TaskIO(reads, "store", 8, 0.0, (), "store")
+    result = Simulation(platform, settings=SimSettings(speculation=False), profile=profile).run([StageSpec("s", (task,))])
+    assert result.seconds == pytest.approx(8 / 40)
+    # on 2 streams the streams are the limit: 4 requests of 0.1 s each
+    task2 = replace(task, read_streams=2)
+    result2 = Simulation(platform, settings=SimSettings(speculation=False), profile=profile).run([StageSpec("s", (task2,))])
+    assert result2.seconds == pytest.approx(0.4)
+
+
+def test_derived_platform_needs_its_profile() -> None:
+    with pytest.raises(ConfigError, match="pass the profile"):
+        Simulation(platform_of_profile(calibrated_profile()))
+
+
+def test_start_up_is_t0_plus_t1_per_wave_and_first_touch_once_per_function() -> None:
+    profile = calibrated_profile(startup_seconds=0.5, wave_seconds=0.1, concurrency=1)
+    platform = platform_of_profile(profile)
+    task = TaskIO((), "store", 1, 1.0, (), "store", first_touch=0.25)
+    result = Simulation(platform, settings=SimSettings(speculation=False), profile=profile).run([StageSpec("s", (task,) * 3)])
+    # one function, 3 waves: t0 + 3 t1 of start-up, 3 s of compute, first touch once
+    assert result.seconds == pytest.approx(0.5 + 3 * 0.1 + 3 * 1.0 + 0.25)
+    assert [t.parts["compute"] for t in result.tasks] == pytest.approx([1.25, 1.0, 1.0])
+
+
+def test_sort_stages_compute_is_the_models() -> None:
+    # per-call cost of exchange reads is paid per fetched object, as the model's phase_calls does
+    profile = calibrated_profile(compute={"": 1e-9}, call_seconds={"read:exchange": 0.01}, first_touch_seconds_per_byte=1e-9)
+    plan = ExchangePlan.direct(4)
+    stages = sort_stages(plan, 8_000_000, profile, write_streams=1)
+    facts = stage_facts(plan, 8_000_000)
+    for stage, fact in zip(stages, facts):
+        per_byte, per_call = kind_seconds(fact, profile)
+        assert stage.tasks[0].compute_seconds == pytest.approx((sum(per_byte.values()) + sum(per_call.values())) / fact.tasks)
+        assert stage.tasks[0].first_touch == pytest.approx(2_000_000 * 1e-9)
+        assert all(t.write_streams == 1 for t in stage.tasks)
+    reduce_calls = kind_seconds(facts[1], profile)[1]["read:exchange-records"]
+    assert reduce_calls == pytest.approx(0.01 * 16)  # 4 consumers fetch 4 objects each
+
+
+def seaweedfs_calibrated() -> StorageProfile:
+    """A SeaweedFS profile as a 2-core machine calibrated it (rounded): reads 4x the write bandwidth,
+    writes slowed by their multiplier, per-object call costs, first touch."""
+    return StorageProfile(
+        name="seaweedfs-calibrated",
+        source="test: a calibration on 2 cores",
+        read=Curve((4096.0, 65536.0, 1048576.0, 4194304.0), (1310.0, 1330.0, 479.0, 108.0), (3880.0, 3160.0, 849.0, 323.0)),
+        write=Curve((4096.0, 65536.0, 1048576.0, 4194304.0), (924.0, 609.0, 100.0, 27.1), (2300.0, 1630.0, 218.0, 59.6)),
+        read_bandwidth=453e6,
+        write_bandwidth=114e6,
+        startup_seconds=0.00059,
+        wave_seconds=0.0,
+        compute={"read:exchange-records": 1.57e-09, "read:records-gensort": 1.06e-11, "records_sort": 1.18e-09, "regroup": 0.0, "write:exchange-records": 4.27e-09, "write:output-records-gensort": 4.44e-13},
+        call_seconds={"read:exchange-records": 0.00103, "regroup": 0.00157, "write:exchange-records": 0.00861, "write:output-records-gensort": 9.03e-05},
+        read_scale=1.02,
+        write_scale=1.31,
+        first_touch_seconds_per_byte=6.26e-10,
+        concurrency=2,
+        max_streams=8,
+    )
+
+
+@pytest.mark.parametrize("workers", [2, 4, 8])
+def test_simulated_sort_on_a_derived_platform_agrees_with_the_model(workers: int) -> None:
+    # both from one profile, on the same terms: they agree (the simulator used to take twice the
+    # model's time: reads at the write bandwidth, 8 writes in flight sharing one network bucket)
+    profile = seaweedfs_calibrated()
+    platform = platform_of_profile(profile)
+    for plan in all_plans(workers, 2):
+        simulated = simulate_sort(plan, 100_000_000, platform, profile, settings=SimSettings(speculation=False)).seconds
+        assert simulated == pytest.approx(predict(plan, 100_000_000, profile).seconds, rel=0.15), plan.name
+
+
+def test_cloud_platforms_keep_their_network_and_writer_threads() -> None:
+    platform = Platform.load("aws-lambda")
+    assert not platform.io_from_profile and platform.write_streams == WRITE_STREAMS
+    stages = sort_stages(ExchangePlan.direct(16), 16_000_000, StorageProfile.load("aws-s3"))
+    assert stages[0].tasks[0].write_streams == WRITE_STREAMS

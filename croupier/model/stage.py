@@ -171,6 +171,21 @@ def phase_calls(facts: StageFacts, kind: str) -> float:
     return facts.calls.get(kind, max(1, facts.tasks))
 
 
+def kind_seconds(facts: StageFacts, profile: StorageProfile) -> tuple[dict[str, float], dict[str, float]]:
+    """Core-seconds of the stage's phase kinds, all tasks together: per byte (c_k * bytes_k, kinds
+    that move bytes) and per call (d_k * :func:`phase_calls`). The compute term divides their sum
+    over the functions; the simulator (:mod:`croupier.sim.engine`) over the tasks, as one task's."""
+    per_byte = {k: profile.compute_cost(k) * b for k, b in facts.phases.items() if b}
+    per_call = {k: profile.call_cost(k) * phase_calls(facts, k) for k in facts.phases}
+    return per_byte, per_call
+
+
+def first_touch_seconds(facts: StageFacts, profile: StorageProfile) -> float:
+    """Seconds a function's first task spends pulling in fresh memory: f * the bytes of one task
+    through the stage's largest phase (paid once per function, not per wave)."""
+    return max(facts.phases.values(), default=0.0) / max(1, facts.tasks) * profile.first_touch_seconds_per_byte
+
+
 def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int | None = None) -> StagePrediction:
     """The stage's predicted time, term by term, with its uncertainty (see the module docstring)."""
     tasks = max(1, facts.tasks)
@@ -179,8 +194,7 @@ def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int |
     pack = waves * c / tasks
     t0, t1 = profile.startup_seconds, profile.wave_seconds * waves
     startup = Term("start-up", t0 + t1, f"{waves} wave(s) of {c} functions", (("t0", t0), ("t1", t1)))
-    per_byte = {k: profile.compute_cost(k) * b for k, b in facts.phases.items() if b}
-    per_call = {k: profile.call_cost(k) * phase_calls(facts, k) for k in facts.phases}
+    per_byte, per_call = kind_seconds(facts, profile)
     per_kind = {k: per_byte.get(k, 0.0) + per_call[k] for k in facts.phases}
     heaviest = max(per_kind, key=lambda k: per_kind[k]) if per_kind else "nothing"
     compute = Term(
@@ -190,7 +204,7 @@ def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int |
         tuple((f"compute:{k}", pack * v / c) for k, v in per_byte.items()) + tuple((f"call:{k}", pack * v / c) for k, v in per_call.items() if v),
     )
     largest = max(facts.phases.values(), default=0.0)
-    f = largest / tasks * profile.first_touch_seconds_per_byte
+    f = first_touch_seconds(facts, profile)
     touch = Term("first-touch memory", f, f"{largest / tasks / 1e6:,.1f} MB of fresh memory per function", (("first_touch", f),))
     fetched = facts.exchange_reads
     data_reads = io_term("read", facts.read_bytes - facts.exchange_read_bytes, facts.reads - fetched, profile, c)

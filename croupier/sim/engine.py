@@ -21,6 +21,14 @@ plan gives, against a :class:`~croupier.sim.platform.Platform` and a storage pro
   median gets a backup copy and finishes with whichever copy ends first.
 - **A fast tier's bandwidth cap**: all transfers to and from the tier share one link of that many
   bytes per second.
+- **A store this machine calibrated** (a platform with ``io_from_profile``, see
+  :func:`croupier.sim.platform.platform_of_profile`): requests take the storage profile's time
+  instead (:class:`ProfileIO`: the model's request curves, per-stream bandwidths and read/write
+  multipliers), so the simulator and the model (:mod:`croupier.model.stage`) share their inputs.
+
+Compute per task is the model's (:func:`croupier.model.stage.kind_seconds` of the stage's facts,
+:func:`croupier.model.perf.stage_facts`, over its tasks), and a function's first task also pays
+the model's first-touch term.
 
 Scale: a stage's C = min(tasks, concurrency) function slots are simulated as at most
 ``max_slots`` slots, each standing for ``weight`` identical ones (its requests count ``weight``
@@ -41,14 +49,13 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Generator, Iterable
 
+from croupier.errors import ConfigError
 from croupier.exchange.move import FETCH_THREADS
 from croupier.exchange.plan import ExchangePlan
-from croupier.model.perf import SORT_PHASES
+from croupier.model.perf import SORT_PHASES, stage_facts
 from croupier.model.profile import StorageProfile
-from croupier.sim.platform import Network, Platform, StoreLimits
-
-#: Streams a task writes with (exchange objects are written in parallel by the writer threads).
-WRITE_STREAMS = 8
+from croupier.model.stage import first_touch_seconds, kind_seconds
+from croupier.sim.platform import WRITE_STREAMS, Network, Platform, StoreLimits
 #: Where a task's time goes, in the order the summary prints it.
 PARTS = ("invocation", "read", "compute", "write", "backoff")
 
@@ -154,6 +161,7 @@ class Store:
         self.requests = {"GET": 0.0, "PUT": 0.0}
         self.bandwidth_cap = bandwidth_cap
         self.link_free = 0.0
+        self.server_free = {"GET": 0.0, "PUT": 0.0}
 
     def rate(self, op: str) -> float:
         return self.limits.get_rate if op == "GET" else self.limits.put_rate
@@ -202,12 +210,37 @@ class Store:
             self.updated.clear()
             self.throttled_since = now
 
+    def serve(self, op: str, start: float, seconds: float) -> float:
+        """When the store, serving ``op`` requests one at a time at its ceiling, is done with
+        requests handed over at ``start`` that take ``seconds`` of its time (first come, first served)."""
+        self.server_free[op] = max(self.server_free[op], start) + seconds
+        return self.server_free[op]
+
     def link(self, start: float, nbytes: float) -> float:
         """When ``nbytes`` starting at ``start`` have passed the shared link (``start`` if no cap)."""
         if not self.bandwidth_cap:
             return start
         self.link_free = max(self.link_free, start) + nbytes / self.bandwidth_cap
         return self.link_free
+
+
+class ProfileIO:
+    """Request times of a calibrated store, on the model's terms (:func:`croupier.model.stage.io_term`):
+    a request of s bytes keeps its stream busy for scale * max(1 / a(s), s / b) (one in flight: the
+    curve's per-worker rate, the profile's per-stream bandwidth) and takes scale / qmax(s) of the
+    store's time (its ceiling), so n requests from F streams take about
+    scale * max(n / q(s, F), bytes / (b F)), the model's read or write term. ``scale`` is the
+    profile's read or write multiplier."""
+
+    def __init__(self, profile: StorageProfile) -> None:
+        self.profile = profile
+
+    def seconds(self, op: str, size: float) -> tuple[float, float]:
+        """(seconds a stream is busy, seconds of the store's time) for one ``op`` request of ``size`` bytes."""
+        p = self.profile
+        curve, bandwidth, scale = (p.read, p.read_bandwidth, p.read_scale) if op == "GET" else (p.write, p.write_bandwidth, p.write_scale)
+        busy = max(1.0 / curve.q(size, 1.0), size / bandwidth if bandwidth > 0 else 0.0)
+        return scale * busy, scale / curve.q(size, math.inf)
 
 
 # --- what tasks do ----------------------------------------------------------------------------
@@ -232,6 +265,7 @@ class TaskIO:
     write_store: str
     write_streams: int = WRITE_STREAMS
     representative: bool = False  # keys stand for every task's own (salted per task for the prefix hash)
+    first_touch: float = 0.0  # seconds of fresh memory a function's first task touches (later tasks reuse it)
 
 
 @dataclass(frozen=True)
@@ -250,27 +284,33 @@ def batches(keys: list[str], sizes: list[float], quantum: int) -> tuple[Batch, .
     return tuple(Batch(keys[i], len(keys[i : i + per]), float(sum(sizes[i : i + per]))) for i in range(0, len(keys), per))
 
 
-def sort_stages(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, quantum: int = 64, exact_limit: int = 20000, fast: bool = False, exchange_only: bool = False) -> list[StageSpec]:
+def sort_stages(
+    plan: ExchangePlan, data_bytes: int, profile: StorageProfile, quantum: int = 64, exact_limit: int = 20000, fast: bool = False, exchange_only: bool = False, write_streams: int = WRITE_STREAMS
+) -> list[StageSpec]:
     """The stages of a TeraSort through ``plan``: producers read D/M of input and write level 1;
     levels 2..k regroup; consumers read level k and write D/P of output. Objects and keys are
     the plan's own (:meth:`ExchangePlan.writes`, :meth:`ExchangePlan.reads`) when the plan has
     at most ``exact_limit`` objects per level, else each task's counts with representative keys.
-    Compute per task is the profile's cost of the stage's phase kinds on its bytes. ``fast``:
+    Compute per task is the model's compute of the stage (:func:`croupier.model.stage.kind_seconds`
+    of :func:`croupier.model.perf.stage_facts`) over its tasks; a function's first task adds the
+    model's first-touch seconds. ``write_streams``: exchange objects a task writes at once. ``fast``:
     the exchange objects live on the fast tier. ``exchange_only``: the exchange in isolation (no
     input read, no output write; compute of partitioning and regrouping only)."""
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
     exact = all(c.objects <= exact_limit and c.gets + c.ranged_gets <= exact_limit * 4 for c in counts)
     tier = "fast" if fast else "store"
+    kinds_of = {role: tuple(k for k in kinds if not exchange_only or k.startswith("write:exchange") or k == "regroup") for role, kinds in SORT_PHASES.items()}
+    facts = stage_facts(plan, data_bytes, phases=kinds_of)
     stages = []
     for i in range(plan.levels + 1):
         role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level {i + 1}")
         tasks_n = plan.producers if i == 0 else plan.workers
         per_task = d / tasks_n
-        kinds = [k for k in SORT_PHASES[role] if not exchange_only or k.startswith("write:exchange") or k == "regroup"]
-        # per byte and per call of each phase kind, and the fresh memory a function's first task touches
-        compute = sum(profile.compute_cost(k) * per_task + profile.call_cost(k) for k in kinds) + profile.first_touch_seconds_per_byte * per_task
+        per_byte, per_call = kind_seconds(facts[i], profile)
+        compute = (sum(per_byte.values()) + sum(per_call.values())) / max(1, facts[i].tasks)
+        touch = first_touch_seconds(facts[i], profile)
         tasks = []
         for t in range(tasks_n if exact else 1):
             if i == 0:
@@ -286,7 +326,7 @@ def sort_stages(plan: ExchangePlan, data_bytes: int, profile: StorageProfile, qu
                 wkeys = [w.key for w in plan.writes(i, t)] if exact else _rep_keys(i, counts[i].puts, tasks_n)
                 wsize = d / max(1, counts[i].puts)
                 writes, wstore = batches(wkeys, [wsize] * len(wkeys), quantum), tier
-            tasks.append(TaskIO(reads, rstore, rstreams, compute, writes, wstore, min(WRITE_STREAMS, sum(b.count for b in writes)), not exact))
+            tasks.append(TaskIO(reads, rstore, rstreams, compute, writes, wstore, max(1, min(write_streams, sum(b.count for b in writes))), not exact, touch))
         if not exact:
             tasks = tasks * tasks_n
         stages.append(StageSpec(name, tuple(tasks)))
@@ -348,8 +388,20 @@ class SimSettings:
 class Simulation:
     """Run :class:`StageSpec` s one after the other on a platform (see the module docstring)."""
 
-    def __init__(self, platform: Platform, seed: int = 0, concurrency: int | None = None, fast_cap: float = 0.0, fast_limits: StoreLimits | None = None, settings: SimSettings = SimSettings()) -> None:
+    def __init__(
+        self,
+        platform: Platform,
+        seed: int = 0,
+        concurrency: int | None = None,
+        fast_cap: float = 0.0,
+        fast_limits: StoreLimits | None = None,
+        settings: SimSettings = SimSettings(),
+        profile: StorageProfile | None = None,
+    ) -> None:
+        if platform.io_from_profile and profile is None:
+            raise ConfigError(f"platform {platform.name} takes request times from a storage profile: pass the profile to the simulation")
         self.platform = platform
+        self.io = ProfileIO(profile) if platform.io_from_profile and profile is not None else None
         self.rng = random.Random(seed)
         self.concurrency = concurrency or platform.concurrency
         self.settings = settings
@@ -389,6 +441,9 @@ class Simulation:
 
     # requests
     def _request(self, fn: NetworkBucket, store: Store, op: str, batch: Batch, weight: float, slow: float, parts: dict[str, float]) -> Process:
+        if self.io is not None:
+            yield from self._profile_request(self.io, store, op, batch, weight, slow)
+            return
         limits = store.limits
         latency = (limits.get_latency if op == "GET" else limits.put_latency) * slow
         attempt = 0
@@ -405,6 +460,14 @@ class Simulation:
         end = fn.transfer(start + latency, batch.nbytes * slow)
         end = max(end, store.link(start, batch.nbytes * weight), start + latency * batch.count)
         yield end
+
+    def _profile_request(self, io: ProfileIO, store: Store, op: str, batch: Batch, weight: float, slow: float) -> Process:
+        """``batch`` on one stream at the profile's times (:class:`ProfileIO`): its requests one after
+        the other, and the store serving them (all slots' together) at its ceiling."""
+        busy, served = io.seconds(op, batch.nbytes / max(1, batch.count))
+        start = self.sched.now
+        store.requests[op] += batch.count * weight
+        yield max(start + busy * batch.count * slow, store.serve(op, start, served * batch.count * weight))
 
     def _phase(self, fn: NetworkBucket, store_name: str, op: str, todo: tuple[Batch, ...], streams: int, weight: float, slow: float, parts: dict[str, float], part: str) -> Process:
         if not todo:
@@ -444,8 +507,9 @@ class Simulation:
                 reads = tuple(replace(b, key=b.key + salt) for b in reads)
                 writes = tuple(replace(b, key=b.key + salt) for b in writes)
             yield from self._phase(fn, task.read_store, "GET", reads, task.read_streams, weight, slow, parts, "read")
-            yield self.sched.now + task.compute_seconds * slow
-            parts["compute"] = task.compute_seconds * slow
+            compute = (task.compute_seconds + (task.first_touch if n == 0 else 0.0)) * slow
+            yield self.sched.now + compute
+            parts["compute"] = compute
             yield from self._phase(fn, task.write_store, "PUT", writes, task.write_streams, weight, slow, parts, "write")
             self.records.append(TaskRecord(stage, invoked, start, self.sched.now, parts, slow > 1.0, weight))
 
@@ -552,9 +616,9 @@ class SimSummary:
 
 def simulate_sort(plan: ExchangePlan, data_bytes: int, platform: Platform, profile: StorageProfile, seed: int = 0, fast_cap: float = 0.0, fast_limits: StoreLimits | None = None, settings: SimSettings = SimSettings(), exchange_only: bool = False) -> SimResult:
     """One simulated TeraSort (or bare exchange) through ``plan`` (see :func:`sort_stages`)."""
-    sim = Simulation(platform, seed, profile.concurrency, fast_cap, fast_limits, settings)
+    sim = Simulation(platform, seed, profile.concurrency, fast_cap, fast_limits, settings, profile)
     fast = fast_limits is not None or bool(fast_cap)
-    return sim.run(sort_stages(plan, data_bytes, profile, settings.quantum, fast=fast, exchange_only=exchange_only))
+    return sim.run(sort_stages(plan, data_bytes, profile, settings.quantum, fast=fast, exchange_only=exchange_only, write_streams=platform.write_streams))
 
 
 def tier_limits(profile: StorageProfile, platform: Platform) -> StoreLimits:

@@ -10,12 +10,17 @@ ElastiCache). Shipped platforms are JSON files in ``croupier/sim/platforms/``; t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croupier import shipped
 from croupier.errors import ConfigError
 from croupier.model.profile import Curve, Prices, StorageProfile
+
+
+#: Exchange objects a cloud task writes at once (its writer threads), unless its platform says otherwise.
+WRITE_STREAMS = 8
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,12 @@ class Platform:
     speculation: Speculation = Speculation()
     concurrency: int = 1000
     fast_tiers: dict[str, FastTier] = field(default_factory=dict)
+    #: exchange objects one task writes at once
+    write_streams: int = WRITE_STREAMS
+    #: requests take the storage profile's time (see :class:`croupier.sim.engine.ProfileIO`: the
+    #: model's request curves, bandwidths and read/write multipliers) instead of ``storage``'s
+    #: latencies and rate limits and ``network``'s bucket: a store this machine calibrated
+    io_from_profile: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Platform:
@@ -155,6 +166,8 @@ class Platform:
             speculation=Speculation(**data.get("speculation", {})),
             concurrency=int(data.get("concurrency", 1000)),
             fast_tiers=tiers,
+            write_streams=int(data.get("write_streams", WRITE_STREAMS)),
+            io_from_profile=bool(data.get("io_from_profile", False)),
         )
 
     @classmethod
@@ -200,31 +213,34 @@ def platform_for(profile: StorageProfile) -> Platform:
 
 
 def platform_of_profile(profile: StorageProfile) -> Platform:
-    """A platform from a storage profile alone: no price, no burst (each worker moves bytes at the
-    profile's bandwidths), the request ceilings as one partition's rates, per-request latencies
-    from the per-worker curve at its smallest size (a(s) = 1 / (latency + s / b)), stage start-up
-    as the invocation delay, no stragglers, the profile's concurrency. For simulating a store this
-    machine calibrated (validation) or planning with a calibrated profile."""
+    """A platform from a storage profile alone, on the model's own terms (:mod:`croupier.model.stage`),
+    for simulating a store this machine calibrated (validation) or planning with a calibrated profile:
 
-    def latency(curve: Curve, bandwidth: float, scale: float) -> float:
-        s, a = curve.sizes[0], curve.per_worker[0]
-        return max(0.0, 1.0 / a - s / bandwidth) * scale
-
-    # the fitted multipliers of the read and write terms (real stages against the request grid) slow both
-    bandwidth = min(profile.read_bandwidth / max(profile.read_scale, 1e-9), profile.write_bandwidth / max(profile.write_scale, 1e-9))
+    - requests take the profile's time (``io_from_profile``): a request of s bytes keeps one stream
+      busy for scale * max(1 / a(s), s / b) and the store serves at most qmax(s) / scale of them a
+      second, which is the model's max(bandwidth, throughput) term with q(s, P) = min(a(s) P, qmax(s)),
+      reads and writes each with their own curve, bandwidth and multiplier (no function-wide
+      network bucket: the profile's bandwidths are per stream unless it says otherwise, and no 503s);
+    - a task writes its exchange objects one after the other (:func:`croupier.exchange.move.write_level`;
+      the model's writes have one in flight per function);
+    - start-up t0 + t1 * waves: a function's first task starts t0 + t1 after the stage (cold start
+      t0, invocation latency t1), every later task (a wave) t1 after the previous one ends;
+    - no price beyond the profile's, no stragglers, the profile's concurrency.
+    """
     return Platform(
         name=f"{profile.name} (from its profile)",
         profile=profile.name,
         source=f"derived from profile {profile.label}: {profile.source}",
         prices=profile.prices,
-        storage=StoreLimits(
-            put_rate=max(profile.write.ceiling), get_rate=max(profile.read.ceiling), initial_partitions=1, max_partitions=1,
-            scale_after_seconds=1e9, get_latency=latency(profile.read, profile.read_bandwidth, profile.read_scale), put_latency=latency(profile.write, profile.write_bandwidth, profile.write_scale),
-        ),  # fmt: skip
-        network=Network(burst_bytes_per_second=bandwidth, burst_bytes=0, sustained_bytes_per_second=bandwidth),
-        invocation=Invocation(driver_rate=1e6, worker_rate=1e6, latency=0.0, cold_start=profile.startup_seconds, two_level_from=10**9),
+        storage=StoreLimits(initial_partitions=1, max_partitions=1, scale_after_seconds=1e9, get_latency=0.0, put_latency=0.0),
+        network=Network(burst_bytes_per_second=math.inf, burst_bytes=0, sustained_bytes_per_second=math.inf),
+        invocation=Invocation(
+            driver_rate=math.inf, worker_rate=math.inf, latency=profile.wave_seconds, cold_start=profile.startup_seconds, two_level_from=10**9
+        ),
         stragglers=Stragglers(probability=0.0),
         concurrency=profile.concurrency,
+        write_streams=1,
+        io_from_profile=True,
     )
 
 
