@@ -61,9 +61,11 @@ SAMPLE_ROWS = 256
 #: output row depends on build rows that match nothing (right and full joins do, so they shuffle).
 BROADCASTABLE = ("inner", "left", "semi", "anti")
 #: A filtered table (after row-group pruning) must be this many times the left side's largest table
-#: to be joined with the left side built first: its filter may keep little (TPC-H q12's lineitem
-#: keeps 1.6 MiB, less than the orders on the left).
-FILTERED_MARGIN = 8
+#: to be joined with the left side built first: its filter may keep little. TPC-H at SF 1: q12's
+#: lineitem keeps 1.6 MiB, less than the orders on the left (4x); q5's orders keep one year in
+#: seven, 4.8 MiB, less than all customers (10x); q7's lineitem keeps 63 MiB against supplier's
+#: 0.5 (400x), and built on the right it ran in supplier's one task.
+FILTERED_MARGIN = 32
 
 
 @dataclass
@@ -239,7 +241,7 @@ class Compiler:
         build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "build")
         probe = self.compile(node.right)
         out = self.wait(build)
-        self.notes.append(f"{node.label()}: the right side is a whole table larger than the left side's tables -> the left side ({build.name}) is built first")
+        self.notes.append(f"{node.label()}: the right side is one table much larger than the left side's tables -> the left side ({build.name}) is built first")
         if self._broadcast(node, build, out, probe):
             probe.sides[build.name] = ExchangeInput(build, "all")
             probe.ops.append(HashJoin(build.name, node.right_on, node.left_on, "inner", node.suffix, False))
