@@ -150,7 +150,7 @@ def locus7() -> list[Figure]:
             continue
         setting = (
             "100 TB TeraSort, Locus' hybrid exchange (Locus §3.4; Croupier's model croupier.model.tier.hybrid_candidate) with rounds of the cache's size: "
-            f"r4.2xlarge Redis nodes (61 GB, 10 Gbps, $0.532/hour: Locus §5 and the 2018 EC2 price) holding the stated share of the data; slow tier S3 as Locus measured it "
+            "r4.2xlarge Redis nodes (61 GB, 10 Gbps, $0.532/hour: Locus §5 and the 2018 EC2 price) holding the stated share of the data; slow tier S3 as Locus measured it "
             "(aws-s3-2018 at 1.5 GiB, Lambda 2018's bandwidth b = 41.7 MB/s); INFERRED: P functions at once with b x P = the cluster's bandwidth (Locus picks P per cache size and does not publish it; "
             "more functions than the cluster serves do not speed a round, Locus §3.3), "
             "M = 100 TB / 1.5 GB producers; the exchange only (no separate input read or output write)"

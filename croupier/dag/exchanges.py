@@ -228,12 +228,8 @@ class Exchanges:
         plan = b.decision.plan
         if not isinstance(plan, LevelsPlan) or plan.tier(level) != "fast":
             return
-        prefix = b.last_prefix
-        keys = [prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
-        try:
-            self.run.store(self.level_url(b, level)).delete(keys)
-        except StorageError:
-            pass
+        keys = [b.last_prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
+        self._free(self.level_url(b, level), keys)
 
     def record_exchange(self, consumer: Stage, bound: Bound) -> None:
         """Keep the binding (with the candidates the selector compared) for the run report."""
@@ -317,9 +313,7 @@ class Exchanges:
         if not tasks:
             return []
         if not isinstance(plan, HybridPlan):
-            results = self._batcher.map(stage.name, tasks)
-            self._predict(stage.name)
-            return results
+            return self._round(stage.name, tasks)
         assert self.tiers is not None
         fast, slow = self.tiers.fast(), self.tmp_url
         runs = f"{out.prefix}runs/"
@@ -346,18 +340,24 @@ class Exchanges:
                 out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
             results += got
             on_fast = [out.prefix + o.key for s in producers if not where[s] for o in plan.writes(0, s)]
-            try:
-                self.run.store(fast).delete(on_fast)  # the fast tier holds one round at most
-            except StorageError:
-                pass  # (a dead fast tier lost them anyway; the run's cleanup tries again and reports it)
+            self._free(fast, on_fast)  # the fast tier holds one round at most
         with self._lock:
             self._merged[id(out)] = (merged, runs, slow)
         return results
 
     def _round(self, label: str, tasks: list[Task]) -> list[TaskResult]:
+        """Run ``tasks`` as one executor call reported as ``label``, and predict it beside what it measured."""
         results = self._batcher.map(label, tasks)
         self._predict(label)
         return results
+
+    def _free(self, url: str, keys: list[str]) -> None:
+        """Delete fast-tier objects the next step has read. A failure is left to the run's
+        cleanup, which tries again and reports it (a dead fast tier lost them anyway)."""
+        try:
+            self.run.store(url).delete(keys)
+        except StorageError:
+            pass
 
     def _combine(self, stage: Stage, plan: HybridPlan, j: int, written: list[Written], urls: list[str], runs: str, merged: list[Written], again: str) -> None:
         """Round ``j``'s P combiners: each reads its partition of the round's producers (from
@@ -370,10 +370,8 @@ class Exchanges:
             inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch else ()
             args = (slow, plan, 1, c, fetches, self.config.request_timeout, runs, f"x:{stage.name}")
             combine.append(Task(f"{stage.name}-C{j + 1}{again.strip()[:1]}-{c % plan.workers}", run_level, args, inputs=inputs))
-        label = f"{stage.name} combine {j + 1}/{plan.rounds}{again}"
-        for c, result in zip(plan.round_combiners(j), self._batcher.map(label, combine)):
+        for c, result in zip(plan.round_combiners(j), self._round(f"{stage.name} combine {j + 1}/{plan.rounds}{again}", combine)):
             merged[c] = result.value["written"]
-        self._predict(label)
 
     def choose_tier(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
         """Where this stage's exchange objects go (the slow or the fast tier, or rounds through the
@@ -394,8 +392,7 @@ class Exchanges:
         if isinstance(stage.source, TaskSource) and stage.source.bytes is not None:
             return stage.source.bytes
         if isinstance(stage.source, ScanSource):
-            splits, counts = self.scans.splits(stage.source.spec)
-            return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)
+            return self.scans.scan_bytes(stage.source.spec)
         return sum(o.bytes for o in inputs.values())
 
     def measure_exchanges(self) -> None:

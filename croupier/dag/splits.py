@@ -52,6 +52,15 @@ class ScanPlanner:
             self._split_cache[id(spec)] = (spec, splits)
         return splits
 
+    def scan_bytes(self, spec: ScanSpec, uncompressed: bool = False) -> int:
+        """Bytes a scan fetches: its Parquet column chunks after row-group pruning (``uncompressed``:
+        their size before compression, about what decoding them yields), else its splits' byte
+        ranges."""
+        splits, counts = self.splits(spec)
+        if uncompressed and counts.get("bytes_uncompressed"):
+            return counts["bytes_uncompressed"]
+        return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)
+
     def _plan_splits(self, spec: ScanSpec) -> tuple[list[Any], dict[str, int]]:
         """The scan's splits; at least one (an empty one when nothing is left to read: every stage
         runs a task, so an exchange always has a producer and an empty input still gives the

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from croupier.exchange.plan import ExchangePlan, LevelCount, ObjectRead, ObjectWrite
+from croupier.exchange.plan import ExchangePlan, LevelCount, ObjectRead, ObjectWrite, requests_by_tier
 from croupier.exchange.topology import Topology
 from croupier.units import format_bytes
 
@@ -164,11 +164,7 @@ class HybridPlan(ExchangePlan):
     def requests_by_tier(self) -> dict[str, dict[str, int]]:
         """Requests on each tier: {"fast": {...}, "slow": {...}} (the fast DELETEs: one batch per
         round's objects, at the store's batch size ``delete_batch`` = 1000 or more)."""
-        first, second = self.counts()
-        return {
-            "fast": {"PUT": first.puts, "GET": first.gets, "GET_RANGE": first.ranged_gets},
-            "slow": {"PUT": second.puts, "GET": second.gets, "GET_RANGE": second.ranged_gets},
-        }
+        return requests_by_tier(self.counts(), self.tier)
 
     def delete_requests(self, batch: int) -> int:
         """DELETE requests the driver sends to free the fast tier after the rounds (``batch``: keys per request)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.plan import ExchangePlan, requests_by_tier
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,4 @@ class LevelsPlan(ExchangePlan):
 
     def requests_by_tier(self) -> dict[str, dict[str, int]]:
         """The plan's requests, by the tier of the level they belong to."""
-        out = {t: {"PUT": 0, "GET": 0, "GET_RANGE": 0} for t in ("fast", "slow")}
-        for count in self.counts():
-            got = out[self.tier(count.level)]
-            got["PUT"] += count.puts
-            got["GET"] += count.gets
-            got["GET_RANGE"] += count.ranged_gets
-        return out
+        return requests_by_tier(self.counts(), self.tier)

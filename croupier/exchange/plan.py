@@ -29,6 +29,7 @@ whatever the topology, P or write combining (so every plan gives byte-identical 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from croupier.exchange.topology import Topology
 
@@ -219,6 +220,18 @@ class ExchangePlan:
             "GET": sum(c.gets for c in levels),
             "GET_RANGE": sum(c.ranged_gets for c in levels),
         }
+
+
+def requests_by_tier(counts: Iterable[LevelCount], tier_of: Callable[[int], str]) -> dict[str, dict[str, int]]:
+    """The requests of ``counts`` by kind on each tier ("fast", "slow"), a level's tier given by
+    ``tier_of(level)`` (plans whose levels live on different tiers: hybrid, memory levels)."""
+    out = {t: {"PUT": 0, "GET": 0, "GET_RANGE": 0} for t in ("fast", "slow")}
+    for count in counts:
+        got = out[tier_of(count.level)]
+        got["PUT"] += count.puts
+        got["GET"] += count.gets
+        got["GET_RANGE"] += count.ranged_gets
+    return out
 
 
 def all_plans(workers: int, max_levels: int | None = None, senders: int | None = None, buckets: int | None = None, combine: tuple[bool, ...] = (False, True)) -> list[ExchangePlan]:

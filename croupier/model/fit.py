@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from croupier.model.profile import Curve, StorageProfile
-from croupier.model.stage import StageFacts, io_term, phase_calls, predict_stage
+from croupier.model.stage import StageFacts, phase_calls, predict_stage
 
 #: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
 HUBER_K = 1.5

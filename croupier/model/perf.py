@@ -102,10 +102,16 @@ def predict(
     """
     facts = stage_facts(plan, data_bytes, producers_done, phases)
     stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
-    requests = plan.predicted_requests()
-    requests = {"PUT": requests["PUT"] + plan.workers, "GET": requests["GET"] + plan.producers, "GET_RANGE": requests["GET_RANGE"]}
+    requests = job_requests(plan)
     prediction = Prediction(plan, data_bytes, stages, requests)
     return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile, concurrency))
+
+
+def job_requests(plan: ExchangePlan) -> dict[str, int]:
+    """Requests of a sort through ``plan``: the exchange's, plus one input GET per producer and one
+    output PUT per consumer."""
+    counted = plan.predicted_requests()
+    return {"PUT": counted["PUT"] + plan.workers, "GET": counted["GET"] + plan.producers, "GET_RANGE": counted["GET_RANGE"]}
 
 
 def stage_facts(

@@ -39,6 +39,7 @@ from typing import Any
 from croupier.config import Config
 from croupier import shipped
 from croupier.exchange.hybrid import HybridPlan, compact_bytes, per_round_for
+from croupier.exchange.plan import requests_by_tier
 from croupier.model.profile import StorageProfile, profile_for
 
 #: Bytes of fast-tier memory one stored byte takes (allocator, keys, index, client buffers).
@@ -137,16 +138,13 @@ class TierCandidate:
     @property
     def label(self) -> str:
         """"slow", "fast" or "hybrid r=256MiB"."""
-        return f"hybrid r={_size(self.round_bytes)}" if self.tier == "hybrid" and self.round_bytes else self.tier
+        return f"hybrid r={compact_bytes(self.round_bytes)}" if self.tier == "hybrid" and self.round_bytes else self.tier
 
     def describe(self) -> str:
         fit = "" if self.fits else ", does not fit"
         term = f", {self.dominant}" if self.dominant else ""
         return f"{self.label}: {self.seconds:.3f} s, ${self.cost:.6f}{term}{fit}"
 
-
-def _size(n: float) -> str:
-    return compact_bytes(n)
 
 
 @dataclass(frozen=True)
@@ -301,7 +299,7 @@ class TierChoice:
 
     @property
     def label(self) -> str:
-        return f"hybrid r={_size(self.round_bytes)}" if self.tier == "hybrid" else self.tier
+        return f"hybrid r={compact_bytes(self.round_bytes)}" if self.tier == "hybrid" else self.tier
 
 
 def exchange_estimate(estimate: int, config: Config, slow_url: str | None = None) -> int:
@@ -379,7 +377,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     memory held (its capacity, or r for the hybrid) and its request charges."""
     from dataclasses import replace
 
-    from croupier.model.perf import Prediction, cost as slow_cost, stage_facts, predict
+    from croupier.model.perf import Prediction, cost as slow_cost, job_requests, predict, stage_facts
     from croupier.model.stage import StagePrediction, Term, predict_stage
 
     if tier == "slow" or fast is None:
@@ -424,17 +422,10 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         spread = dict(base.spread)
         total = sum(t.seconds for t in terms)
         stages.append(StagePrediction(base.name, terms, spread, slow.residual * total))
-    p, m = plan.workers, plan.producers
-    counted = plan.predicted_requests()
-    requests = {"PUT": counted["PUT"] + p, "GET": counted["GET"] + m, "GET_RANGE": counted["GET_RANGE"]}
-    on_slow = dict(requests)
-    fast_requests = 0
-    for level, count in enumerate(plan.counts(data_bytes)):
-        if level_tier(plan, level, tier) == "fast":
-            on_slow["PUT"] -= count.puts
-            on_slow["GET"] -= count.gets
-            on_slow["GET_RANGE"] -= count.ranged_gets
-            fast_requests += count.puts + count.gets + count.ranged_gets
+    requests = job_requests(plan)
+    on_fast = requests_by_tier(plan.counts(data_bytes), lambda level: level_tier(plan, level, tier))["fast"]
+    on_slow = {kind: n - on_fast[kind] for kind, n in requests.items()}
+    fast_requests = sum(on_fast.values())
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
     held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
     held = data_bytes * MEMORY_OVERHEAD if tier == "levels" else held
@@ -502,6 +493,3 @@ def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoic
         return TierChoice("hybrid", why, plan.round_bytes, plan.per_round, candidates, plan.workers)
     return TierChoice(winner.tier, why, candidates=candidates)
 
-
-def format_size(n: float) -> str:
-    return compact_bytes(n)

@@ -76,20 +76,21 @@ def _decode_messages(payloads: Sequence[memoryview | bytes], schema: pa.Schema) 
         if nbytes < SMALL_PAYLOAD:
             small.append(payload)
             continue
-        batches += _read_stream(small, schema)
+        batches += _read_stream(small, schema) + _read_in_place(payload, schema)
         small = []
-        reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(payload)))
-        batches.extend(pa.ipc.read_record_batch(message, schema) for message in reader)
     return batches + _read_stream(small, schema)
+
+
+def _read_in_place(payload: memoryview | bytes, schema: pa.Schema) -> list[pa.RecordBatch]:
+    """The batches of one payload, read where it lies (no copy)."""
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(payload)))
+    return [pa.ipc.read_record_batch(message, schema) for message in reader]
 
 
 def _read_stream(payloads: Sequence[memoryview | bytes], schema: pa.Schema) -> list[pa.RecordBatch]:
     """The batches of ``payloads`` (small ones), read as one IPC stream behind the schema message."""
-    if not payloads:
-        return []
-    if len(payloads) == 1:
-        reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(payloads[0])))
-        return [pa.ipc.read_record_batch(message, schema) for message in reader]
+    if len(payloads) <= 1:
+        return [b for payload in payloads for b in _read_in_place(payload, schema)]
     stream = b"".join([schema.serialize().to_pybytes(), *payloads])
     return list(pa.ipc.open_stream(pa.py_buffer(stream)))
 

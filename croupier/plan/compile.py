@@ -207,11 +207,11 @@ class Compiler:
         """Whether to run the left side of an inner join first, as its build side: when the right
         side is one table whose columns take more than twice the stored bytes of the largest
         table under the left side (a filtered table, which may shrink: :data:`FILTERED_MARGIN`
-        times; TPC-H q7 built 63 MiB of lineitem and joined it in supplier's one task). TPC-H q5 joins its filtered
-        orders-and-customers to all of lineitem: built on the right, lineitem (184 MiB at SF 1) was
-        shuffled; built on the left, 5 MiB are broadcast to lineitem's scan tasks instead. Only
-        joins whose result does not depend on the sides' roles: inner, both keys kept
-        (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
+        times). TPC-H q5 joins its filtered orders-and-customers to all of lineitem: built on the
+        right, lineitem (184 MiB at SF 1) was shuffled; built on the left, 5 MiB are broadcast to
+        lineitem's scan tasks instead. q7 built 63 MiB of filtered lineitem and joined it in
+        supplier's one task. Only joins whose result does not depend on the sides' roles: inner,
+        both keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
         if self.dry or node.how != "inner" or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
             return False
         right, filtered = node.right, False
@@ -220,19 +220,11 @@ class Compiler:
             right = right.input
         if not isinstance(right, Scan):
             return False
-        left = [self._stored_bytes(n.spec) for n in walk(node.left) if isinstance(n, Scan)]
-        margin = FILTERED_MARGIN if filtered or right.spec.predicate is not None else 2
-        return bool(left) and margin * max(left) < self._stored_bytes(right.spec)
-
-    def _stored_bytes(self, spec: ScanSpec, uncompressed: bool = False) -> int:
-        """Bytes a scan will fetch: its splits' column chunks (Parquet, after row-group pruning;
-        ``uncompressed``: their size before compression, about what decoding yields) or byte
-        ranges."""
         assert self.runner is not None
-        splits, counts = self.runner.scans.splits(spec)
-        if uncompressed and counts.get("bytes_uncompressed"):
-            return counts["bytes_uncompressed"]
-        return sum(sum(e - b for b, e in s.ranges) if s.ranges else max(0, s.end - s.start) or s.size for s in splits)
+        scans = self.runner.scans
+        left = [scans.scan_bytes(n.spec) for n in walk(node.left) if isinstance(n, Scan)]
+        margin = FILTERED_MARGIN if filtered or right.spec.predicate is not None else 2
+        return bool(left) and margin * max(left) < scans.scan_bytes(right.spec)
 
     def _join_left_first(self, node: Join) -> Pipeline:
         """An inner join built on its left side (see :meth:`_left_first`): broadcast to the right
@@ -255,9 +247,9 @@ class Compiler:
         """Whether the build side, as measured, is small enough to send to every probe task: at most
         ``config.broadcast_limit`` in all, or less than a shuffle of the probe side would move (a
         probe side that is a table scan: its columns' uncompressed bytes; the shuffle also
-        re-encodes, writes and reads them back) — and was written for late binding (a build side whose plan was bound before it
-        wrote — a forced plain algorithm — is laid out for that plan's consumers, so the join
-        shuffles with it)."""
+        re-encodes, writes and reads them back) — and was written for late binding (a build side
+        whose plan was bound before it wrote — a forced plain algorithm — is laid out for that
+        plan's consumers, so the join shuffles with it)."""
         limit = self.config.broadcast_limit
         if out is not None and out.early:
             self.notes.append(f"{node.label()}: build side {build.name} was bound early ({out.plan.name if out.plan is not None else 'a fixed plan'}) -> shuffle hash join with the same plan")
@@ -272,7 +264,7 @@ class Compiler:
         if traffic <= limit:
             self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
             return True
-        shuffled = self._stored_bytes(probe.source.spec, uncompressed=True) if isinstance(probe.source, ScanSource) else None
+        shuffled = self.runner.scans.scan_bytes(probe.source.spec, uncompressed=True) if isinstance(probe.source, ScanSource) else None
         if limit > 0 and shuffled is not None and traffic <= shuffled:
             self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)}, but a shuffle would move the probe side's {format_bytes(shuffled)} (its columns, uncompressed) -> broadcast join")
             return True

@@ -304,7 +304,6 @@ def sort_stages(
     facts = stage_facts(plan, data_bytes, phases=kinds_of)
     stages = []
     for i in range(plan.levels + 1):
-        role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level {i + 1}")
         tasks_n = plan.producers if i == 0 else plan.workers
         per_task = d / tasks_n

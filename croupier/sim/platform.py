@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from croupier import shipped
 from croupier.errors import ConfigError
 from croupier.model.profile import Curve, Prices, StorageProfile
@@ -57,14 +59,8 @@ class Network:
         """The network of a function of ``memory`` bytes (itself when bandwidth does not depend on memory)."""
         if not self.by_memory:
             return self
-        points = sorted(self.by_memory)
-        if memory <= points[0][0]:
-            rate = points[0][1]
-        elif memory >= points[-1][0]:
-            rate = points[-1][1]
-        else:
-            (m0, r0), (m1, r1) = next((a, b) for a, b in zip(points, points[1:]) if a[0] <= memory <= b[0])
-            rate = r0 + (r1 - r0) * (memory - m0) / (m1 - m0)
+        memories, rates = zip(*sorted(self.by_memory))
+        rate = float(np.interp(memory, memories, rates))  # linear between points, flat beyond them
         return Network(rate, 0.0, rate)
 
 

@@ -13,7 +13,7 @@ prefetched is simply fetched by the task as usual.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -23,10 +23,6 @@ from croupier.storage.threads import shared_pool
 #: (store URL, key, start, end); start = end = None for a whole object.
 Input = tuple[str, str, int | None, int | None]
 FETCH_THREADS = 4
-
-
-def _pool() -> ThreadPoolExecutor:
-    return shared_pool("prefetch", FETCH_THREADS)
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ class PrefetchCache:
                 return Fetched(data, "GET" if start is None or end is None else "GET_RANGE", time.perf_counter() - began)
 
             with self._lock:
-                self._futures[(root.url, key, start, end)] = _pool().submit(fetch)
+                self._futures[(root.url, key, start, end)] = shared_pool("prefetch", FETCH_THREADS).submit(fetch)
 
     def take(self, root_url: str, key: str, start: int | None, end: int | None) -> Fetched | None:
         """The prefetched bytes of this request (waiting if still in flight), once; else None."""

@@ -164,6 +164,13 @@ class BusyClock:
             if self._inflight == 0:
                 self._total += time.perf_counter() - self._since
 
+    def __enter__(self) -> BusyClock:
+        self.enter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.exit()
+
     def seconds(self) -> float:
         """Busy seconds so far, counting requests still in flight up to now."""
         with self._lock:

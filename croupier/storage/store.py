@@ -51,7 +51,7 @@ class Store:
         clock: BusyClock | None = None,
     ) -> None:
         self.backend = backend
-        self.clock = clock
+        self.clock = clock if clock is not None else BusyClock()
         self.prefetch = prefetch
         self.retry = retry
         self.stats = stats if stats is not None else IOStats()
@@ -233,13 +233,8 @@ class Store:
     def _run(self, kind: str, key: str, call: Callable[[], T], size_of: Callable[[T], int]) -> T:
         """Run one request, retrying transient failures with exponential backoff and full jitter;
         the whole of it, back-off included, counts as time waiting on storage (``clock``)."""
-        if self.clock is None:
+        with self.clock:
             return self._attempts(kind, key, call, size_of)
-        self.clock.enter()
-        try:
-            return self._attempts(kind, key, call, size_of)
-        finally:
-            self.clock.exit()
 
     def _attempts(self, kind: str, key: str, call: Callable[[], T], size_of: Callable[[T], int]) -> T:
         policy = self.retry
