@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import filecmp
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import polars as pl
@@ -39,6 +39,22 @@ def executor() -> Iterator[LocalExecutor]:
 def fast_objects(redis_url: str) -> list[str]:
     """Every object under the test's Redis prefix (the run's fast-tier temporaries included)."""
     return [o.key for o in open_store(redis_url, Config()).list()]
+
+
+def write_parts(table: pl.DataFrame, folder: Path, rows: int, **options: Any) -> str:
+    """``table`` as Parquet files of ``rows`` rows each in ``folder`` (created): a multi-file input,
+    so every plan runs in several tasks. ``options``: pyarrow's ``write_table`` options."""
+    folder.mkdir()
+    for i, part in enumerate(table.iter_slices(rows)):
+        pq.write_table(part.to_arrow(), folder / f"part-{i}.parquet", **options)
+    return str(folder)
+
+
+def assert_requests_match_plans(report: Any) -> None:
+    """Every exchange of the run ``report`` moved exactly the requests its plan says."""
+    for entry in report.exchanges:
+        measured = entry["measured_requests"]
+        assert measured == {k: entry["predicted_requests"].get(k, 0) for k in measured}, entry
 
 
 def same_output(a: Path, b: Path, config: Config) -> None:
@@ -78,9 +94,7 @@ def _table(n: int = 30_000) -> pl.DataFrame:
 
 def test_group_by_through_the_fast_tier_equals_the_slow_tier(tmp_path: Path, redis_url: str) -> None:
     table = _table()
-    (tmp_path / "facts").mkdir()
-    for i, part in enumerate(table.iter_slices(10_000)):
-        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet", row_group_size=2_000)
+    write_parts(table, tmp_path / "facts", 10_000, row_group_size=2_000)
     slow = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
     fast = slow.with_(fast_tier=redis_url, tier="fast")
 
@@ -94,9 +108,7 @@ def test_group_by_through_the_fast_tier_equals_the_slow_tier(tmp_path: Path, red
         report = frame.last_run.report
         tiers = report.summary["tiers"]
         assert tiers and set(tiers.values()) == {name}, tiers
-        for entry in report.exchanges:  # every exchange moved exactly what its plan says
-            measured = {k: v for k, v in entry["measured_requests"].items()}
-            assert measured == {k: entry["predicted_requests"].get(k, 0) for k in measured}, entry
+        assert_requests_match_plans(report)
         frame.sink_parquet(tmp_path / f"out-{name}", config=config)
     assert got["fast"].equals(got["slow"])
     expected = table.group_by("k").agg(pl.col("q").sum().alias("sq"), pl.col("x").max().alias("mx"), pl.len().alias("n")).sort("k")
@@ -216,9 +228,7 @@ def test_auto_puts_an_exchange_on_the_fast_tier_only_where_the_model_and_capacit
 
 def test_a_query_whose_fast_tier_fills_up_spills_and_gives_the_same_answer(tmp_path: Path) -> None:
     table = _table(300_000).with_columns(pl.int_range(0, 300_000, dtype=pl.Int64).alias("id"))  # every row its own group: the exchange carries them all
-    (tmp_path / "facts").mkdir()
-    for i, part in enumerate(table.iter_slices(25_000)):
-        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    write_parts(table, tmp_path / "facts", 25_000)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
     with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
         server.wait_ready()

@@ -9,7 +9,6 @@ from typing import Iterator
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
 import croupier.frame as cf
@@ -27,7 +26,7 @@ from croupier.model.tier import FastTierProfile, best, compare, hybrid_candidate
 from croupier.storage import open_store
 from croupier.testing import RedisServer
 from tests.conftest import leftover_tmp
-from tests.test_tiers import FAULT_CONFIG, fast_objects, same_output
+from tests.test_tiers import FAULT_CONFIG, assert_requests_match_plans, fast_objects, same_output, write_parts
 
 
 # --- the plan, without storage ------------------------------------------------------------------------
@@ -158,9 +157,7 @@ def _table(n: int) -> pl.DataFrame:
 
 def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
     table = _table(200_000)
-    (tmp_path / "facts").mkdir()
-    for i, part in enumerate(table.iter_slices(25_000)):
-        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    write_parts(table, tmp_path / "facts", 25_000)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
     hybrid = slow.with_(fast_tier=small_redis.url("q"), tier="hybrid")
     got = {}
@@ -168,8 +165,7 @@ def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_
         frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("id").agg(col("q").sum().alias("sq"), count().alias("n")).sort("id")
         got[name] = frame.collect(config=config)
         report = frame.last_run.report
-        for entry in report.exchanges:  # every exchange moved exactly what its plan says
-            assert entry["measured_requests"] == {k: entry["predicted_requests"].get(k, 0) for k in entry["measured_requests"]}, entry
+        assert_requests_match_plans(report)
     assert got["hybrid"].equals(got["slow"])
     hybrids = [e for e in report.exchanges if e["plan"].startswith("hybrid")]
     assert hybrids and all(e["rounds"] >= 2 for e in hybrids), report.exchanges
@@ -318,9 +314,7 @@ def test_sort_with_a_memory_level_is_byte_identical_and_counts_the_plan(tmp_path
 
 def test_group_by_with_a_memory_level_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
     table = _table(60_000)
-    (tmp_path / "facts").mkdir()
-    for i, part in enumerate(table.iter_slices(15_000)):
-        pq.write_table(part.to_arrow(), tmp_path / "facts" / f"part-{i}.parquet")
+    write_parts(table, tmp_path / "facts", 15_000)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=4, algorithm="2-level+wc")
     levels = slow.with_(fast_tier=small_redis.url("g"), tier="levels")
     got = {}
@@ -328,8 +322,7 @@ def test_group_by_with_a_memory_level_equals_the_slow_tier(tmp_path: Path, small
         frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n")).sort("k")
         got[name] = frame.collect(config=config)
         report = frame.last_run.report
-        for entry in report.exchanges:
-            assert entry["measured_requests"] == {k: entry["predicted_requests"].get(k, 0) for k in entry["measured_requests"]}, entry
+        assert_requests_match_plans(report)
     assert got["levels"].equals(got["slow"])
     assert any("in memory" in e["plan"] for e in report.exchanges), [e["plan"] for e in report.exchanges]
     assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
@@ -341,9 +334,7 @@ def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, smal
     left = pl.DataFrame({"k": rng.integers(0, 5_000, 80_000).astype(np.int64), "x": rng.integers(0, 100, 80_000)})
     right = pl.DataFrame({"k": np.arange(5_000, dtype=np.int64), "y": rng.integers(0, 100, 5_000)})
     for name, table, parts in (("left", left, 4), ("right", right, 2)):
-        (tmp_path / name).mkdir()
-        for i, part in enumerate(table.iter_slices(len(table) // parts)):
-            pq.write_table(part.to_arrow(), tmp_path / name / f"part-{i}.parquet")
+        write_parts(table, tmp_path / name, len(table) // parts)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3, broadcast_limit=0)  # a partition-wise join
     hybrid = slow.with_(fast_tier=small_redis.url("j"), tier="hybrid")
     got = {}
