@@ -182,8 +182,14 @@ class CallReport:
 
 
 def send_calls(fexec: Any, fn: Callable[..., Any], payloads: list[tuple[Any, ...]], timeout: int) -> list[Any]:
-    """Submit one Lithops call per payload (one Lithops job); return their futures."""
-    return list(fexec.map(fn, payloads, timeout=timeout))
+    """Submit one Lithops call per payload (one Lithops job); return their futures.
+
+    ``include_modules=None`` turns off Lithops' module shipping: by default every ``map`` parses
+    the source of every module the function references (Croupier, Polars, pyarrow...) to pickle
+    them — over half the driver's time of a small job on the localhost backend, about a second per
+    stage — and the runtime already has Croupier and its dependencies (a cloud runtime must be
+    built with them; see the README's Lithops section)."""
+    return list(fexec.map(fn, payloads, timeout=timeout, include_modules=None))
 
 
 class Platform:
