@@ -13,7 +13,10 @@ a first run does), whose profile is then fixed for the store's runs (saved to a 
   measured wall time is the median over the repeats. A stage's prediction is the model's time for
   the stage's *measured* facts (rows, bytes, requests: what the run report holds). The full mode
   reads TPC-H SF1 from ``--tpch-data`` (``<table>/part-*.parquet``, read only; copied to
-  SeaweedFS for the S3 runs); ``--quick`` generates SF 0.05.
+  SeaweedFS for the S3 runs); ``--quick`` generates SF 0.05. Each stage is predicted twice: by
+  the fresh calibration, and after the profile learned from one earlier (warm-up) run of the
+  query at the selector's own plan, as every run teaches a store's profile what each operator
+  costs (``learned`` rows; the forced runs are never learned from).
 
 Prints each point (predicted vs measured, with the machine's 1-minute load average beside it),
 the mean absolute error per store and per (store, family), and the selector's regret: per
@@ -49,7 +52,9 @@ from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
 from croupier.jobs.calibrate import calibrate, describe
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
-from croupier.model.fit import observations_from_report
+from croupier.model.cache import Entry, learn
+from croupier.model.fit import Observation, observations_from_report
+from croupier.model.profile import StorageProfile
 from croupier.model.perf import predict
 from croupier.model.selector import robust
 from croupier.model.stage import predict_stage
@@ -64,14 +69,16 @@ from _common import default_dir, s3_config  # noqa: E402
 Point = tuple[str, str, str, float, float]
 
 
-def fresh_profile(store: str, base: str, config: Config, folder: Path) -> Config:
-    """Self-calibrate ``store`` now (the quick workload) and return ``config`` fixed to that profile."""
+def fresh_profile(store: str, base: str, config: Config, folder: Path) -> tuple[Config, Entry]:
+    """Self-calibrate ``store`` now (the quick workload); return ``config`` fixed to that profile,
+    and the profile with the calibration's stages, to learn from runs as a store's cached profile
+    does (:func:`croupier.model.cache.learn`)."""
     outcome = calibrate(f"{base}/calibrate", config, quick=True, name=store)
     print(describe(outcome.profile), flush=True)
     print(f"  ({store}: calibrated in {outcome.seconds:.1f} s)", flush=True)
     path = folder / f"{store}.json"
     outcome.profile.save(path)
-    return config.with_(profile=str(path), calibration="off")
+    return config.with_(profile=str(path), calibration="off"), Entry(outcome.profile, list(outcome.observations))
 
 
 def regret_of(grid: list[tuple[Any, float, float]]) -> tuple[Any, Any, float]:
@@ -87,10 +94,8 @@ def line(label: str, predicted: float, measured: float, load: float | None = Non
     load = os.getloadavg()[0] if load is None else load
     return f"  {label:<52} predicted {predicted:7.3f} s  measured {measured:7.3f} s  error {100 * (predicted - measured) / measured:+6.1f}%  load {load:4.1f}"
 
-
 def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int) -> tuple[list[Point], list[tuple[str, float]]]:
     """The sort grid on one store; returns the points and the regret per size."""
-    from croupier.model.profile import StorageProfile
 
     assert config.profile is not None
     profile = StorageProfile.load(config.profile)
@@ -141,62 +146,81 @@ FAMILIES: tuple[tuple[str, dict[str, Any]], ...] = (
 BROADCAST = ("broadcast", {"algorithm": "direct", "broadcast_limit": parse_size("64MiB")})
 
 
-def tpch_queries(store: str, config: Config, tables: dict[str, str], queries: list[int], workers: list[int], repeat: int, families: tuple[tuple[str, dict[str, Any]], ...] = FAMILIES) -> tuple[list[Point], list[tuple[str, float]]]:
+def tpch_queries(store: str, config: Config, entry: Entry, tables: dict[str, str], queries: list[int], workers: list[int], repeat: int, families: tuple[tuple[str, dict[str, Any]], ...] = FAMILIES) -> tuple[list[Point], list[tuple[str, float]]]:
     """Each query under each plan family and P, ``repeat`` times: per stage the median predicted
-    and measured time over the repeats; per query the regret over the grid."""
-    from croupier.model.profile import StorageProfile
+    and measured time over the repeats; per query the regret over the grid.
 
-    assert config.profile is not None
-    profile = StorageProfile.load(config.profile)
+    Every run is predicted twice, from the same measured facts: by the fresh calibration
+    (``entry.profile``), and by that profile after learning from the warm-up run of this query and
+    of the queries before it — one run each, at the selector's own P and plan (the grid's forced
+    runs are never learned from) — as a store's profile learns from every run, so that a query's
+    operators are priced by what they cost the last time it ran (issue 15 item 2)."""
     points: list[Point] = []
     regrets: list[tuple[str, float]] = []
+    fresh = entry.profile
     for number in queries:
         text = reference_sql("tpch", number)
-        croupier.sql(text, tables, config=config.with_(broadcast_limit=0)).collect()  # warm-up, not counted
-        grid = []
+        warm = croupier.sql(text, tables, config=config.with_(broadcast_limit=0))
+        warm.collect()  # warm-up, not counted: the learned profile learns from it
+        assert warm.last_run is not None
+        entry = learn(entry, observations_from_report(warm.last_run.report, config.concurrency, f"Q{number} warm-up"))
+        runs: dict[tuple[str, int], list[list[Observation]]] = {}
+        loads: dict[tuple[str, int], float] = {}
         for family, changes in families:
             for p in workers:
                 if family == "2-level" and p < 4:
                     continue
-                runs: dict[str, list[tuple[float, float]]] = defaultdict(list)
-                loads = []
+                observed, load = [], []
                 for _ in range(repeat):
                     frame = croupier.sql(text, tables, config=config.with_(workers=p, **changes))
                     frame.collect()
-                    loads.append(os.getloadavg()[0])
-                    report = frame.last_run.report if frame.last_run is not None else None
-                    assert report is not None
+                    load.append(os.getloadavg()[0])
+                    assert frame.last_run is not None
                     # stages run in one executor call ("shared") report the call's wall each: one
                     # observation together, as the fit sees them (model.fit.observations_from_report)
-                    for o in observations_from_report(report, config.concurrency):
-                        if o.wall > 0:
-                            runs[o.facts.name].append((predict_stage(o.facts, profile, config.concurrency).seconds, o.wall))
-                load = float(np.median(loads))
-                stages = [(name, float(np.median([x for x, _ in r])), float(np.median([y for _, y in r]))) for name, r in runs.items()]
-                for name, x, y in stages:
-                    label = f"{store} Q{number} {family} P={p} {name}"
-                    points.append((label, store, f"tpch-stage {family}", x, y))
-                    print(line(label, x, y, load), flush=True)
-                predicted, measured = sum(x for _, x, _ in stages), sum(y for _, _, y in stages)
-                label = f"{store} Q{number} P={p} {family} ({len(stages)} stages, median of {repeat})"
-                points.append((label, store, f"tpch-query {family}", predicted, measured))
-                print(line(label, predicted, measured, load), flush=True)
-                grid.append((f"{family} P={p}", predicted, measured))
-        chosen, best, regret = regret_of(grid)
-        regrets.append((f"{store} Q{number}", regret))
-        print(f"  -> {store} Q{number}: best-predicted {chosen[0]} ({chosen[2]:.3f} s); best {best[0]} ({best[2]:.3f} s); regret {regret:.3f}", flush=True)
+                    observed.append([o for o in observations_from_report(frame.last_run.report, config.concurrency) if o.wall > 0])
+                runs[(family, p)], loads[(family, p)] = observed, float(np.median(load))
+        for prefix, profile in (("", fresh), ("learned ", entry.profile)):
+            pts, regret = _query_points(store, number, runs, loads, profile, config.concurrency, prefix)
+            points += pts
+            regrets.append((f"{store} Q{number}{' (learned)' if prefix else ''}", regret))
     return points, regrets
+
+
+def _query_points(store: str, number: int, runs: dict[tuple[str, int], list[list[Observation]]], loads: dict[tuple[str, int], float], profile: Any, concurrency: int, prefix: str) -> tuple[list[Point], float]:
+    """The points of one query's grid under ``profile`` (per stage: median predicted and measured
+    over the repeats; per run: their sums), and the selector's regret over the grid."""
+    points: list[Point] = []
+    grid = []
+    for (family, p), observed in runs.items():
+        by_stage: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for run in observed:
+            for o in run:
+                by_stage[o.facts.name].append((predict_stage(o.facts, profile, concurrency).seconds, o.wall))
+        stages = [(name, float(np.median([x for x, _ in r])), float(np.median([y for _, y in r]))) for name, r in by_stage.items()]
+        for name, x, y in stages:
+            label = f"{prefix}{store} Q{number} {family} P={p} {name}"
+            points.append((label, store, f"{prefix}tpch-stage {family}", x, y))
+            print(line(label, x, y, loads[(family, p)]), flush=True)
+        predicted, measured = sum(x for _, x, _ in stages), sum(y for _, _, y in stages)
+        label = f"{prefix}{store} Q{number} P={p} {family} ({len(stages)} stages, median of {len(observed)})"
+        points.append((label, store, f"{prefix}tpch-query {family}", predicted, measured))
+        print(line(label, predicted, measured, loads[(family, p)]), flush=True)
+        grid.append((f"{family} P={p}", predicted, measured))
+    chosen, best, regret = regret_of(grid)
+    print(f"  -> {prefix}{store} Q{number}: best-predicted {chosen[0]} ({chosen[2]:.3f} s); best {best[0]} ({best[2]:.3f} s); regret {regret:.3f}", flush=True)
+    return points, regret
 
 
 def run_store(store: str, base: str, config: Config, args: argparse.Namespace, folder: Path, tables: dict[str, str] | None) -> tuple[list[Point], list[tuple[str, float]]]:
     print(f"\n=== {store}: load {os.getloadavg()[0]:.1f} at the start ===", flush=True)
-    config = fresh_profile(store, base, config, folder)
+    config, entry = fresh_profile(store, base, config, folder)
     points: list[Point] = []
     regrets: list[tuple[str, float]] = []
     if not args.no_sort:
         points, regrets = sort_grid(store, base, config, args.size_list, args.worker_list, args.max_levels, args.repeat)
     if tables is not None:
-        pts, reg = tpch_queries(store, config.with_(tmp_url=f"{base}/tmp"), tables, args.query_list, args.tpch_workers, args.repeat, FAMILIES + ((BROADCAST,) if args.broadcast else ()))
+        pts, reg = tpch_queries(store, config.with_(tmp_url=f"{base}/tmp"), entry, tables, args.query_list, args.tpch_workers, args.repeat, FAMILIES + ((BROADCAST,) if args.broadcast else ()))
         points += pts
         regrets += reg
     open_store(base, config).delete_prefix()
@@ -225,9 +249,14 @@ def summary(points: list[Point], regrets: list[tuple[str, float]]) -> None:
         long = [p for p in stages if p[4] >= SHORT]
         sorts = [p for p in points if p[1] == store and p[2].startswith("sort ")]
         queries = [p for p in points if p[1] == store and p[2].startswith("tpch-query")]
+        learned = [p for p in points if p[1] == store and p[2].startswith("learned tpch-stage")]
+        learned_queries = [p for p in points if p[1] == store and p[2].startswith("learned tpch-query")]
         print(f"{store:<10} TPC-H stages (target <= 15%)      {mae(stages)}")
         print(f"{store:<10}   of them stages >= {SHORT} s            {mae(long)}")
         print(f"{store:<10} TPC-H queries (sum of stages)     {mae(queries)}")
+        print(f"{store:<10} TPC-H stages, learned profile     {mae(learned)}")
+        print(f"{store:<10}   of them stages >= {SHORT} s            {mae([p for p in learned if p[4] >= SHORT])}")
+        print(f"{store:<10} TPC-H queries, learned profile    {mae(learned_queries)}")
         print(f"{store:<10} sort grid (target <= 10%)         {mae(sorts)}")
     print("\n== per (store, family) ==")
     by_family: dict[tuple[str, str], list[Point]] = defaultdict(list)
@@ -238,10 +267,11 @@ def summary(points: list[Point], regrets: list[tuple[str, float]]) -> None:
     print("\n== selector regret (sort: target <= 1.05 for >= 95%; TPC-H: <= 1.10) ==")
     for what, r in regrets:
         print(f"  {what:<28} {r:.3f}")
-    for kind, bound in (("sort", 1.05), ("Q", 1.10)):
-        rows = [r for what, r in regrets if what.split()[1].startswith(kind)]
+    for kind, bound, learned in (("sort", 1.05, False), ("Q", 1.10, False), ("Q", 1.10, True)):
+        rows = [r for what, r in regrets if what.split()[1].startswith(kind) and what.endswith("(learned)") == learned]
         good = sum(r <= bound for r in rows)
-        print(f"{'sort' if kind == 'sort' else 'TPC-H'}: regret <= {bound} for {good}/{len(rows)} = {100 * good / max(1, len(rows)):.0f}%")
+        name = "sort" if kind == "sort" else "TPC-H, learned profile" if learned else "TPC-H"
+        print(f"{name}: regret <= {bound} for {good}/{len(rows)} = {100 * good / max(1, len(rows)):.0f}%")
 
 
 def sf1_tables(folder: Path) -> dict[str, str]:

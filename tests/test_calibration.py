@@ -108,3 +108,33 @@ def test_the_calibration_table_stores_like_real_tables() -> None:
     words = table["comment"].str.split(" ").list.len()
     assert words.min() == 3 and words.max() == 8 and table["comment"].n_unique() > 4000
     assert str(table["d"].min()) >= "1992-01-01" and str(table["d"].max()) <= "1998-12-31"
+
+
+def test_a_query_reports_the_operator_signatures_its_plan_prices_and_its_profile_learns(tmp_path: Path, tiny_calibration: None) -> None:
+    """Tasks report each operator's phase under the kind the planner prices it by (signed with what
+    it computes), so the profile a run refines prices the same operators next time by their own cost."""
+    import polars as pl
+
+    from croupier.dag.binding import stage_kinds
+    from croupier.dag.stage import ExchangeSink, SinglePartitioning
+    from croupier.frame import col, scan_parquet
+    from croupier.plan.compile import Compiler, finish
+
+    config = Config(concurrency=2, calibration="auto", profile_cache=str(tmp_path / "cache"), tmp_url=(tmp_path / "tmp").as_uri())
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for i in range(3):
+        pl.DataFrame({"k": [j % 7 for j in range(i, 3000, 3)], "v": list(range(i, 3000, 3))}).write_parquet(folder / f"part-{i}.parquet")
+    frame = scan_parquet(str(folder / "*.parquet"), config=config).filter(col("v") > 10).group_by("k").agg(col("v").sum()).sort("k")
+    expected = pl.scan_parquet(str(folder / "*.parquet")).filter(pl.col("v") > 10).group_by("k").agg(pl.col("v").sum()).sort("k").collect()
+    assert frame.collect().equals(expected)
+    assert frame.last_run is not None and wait_learning(60)
+
+    compiler = Compiler(None, config, dry=True)
+    finish(compiler, compiler.compile(frame.optimized_plan()), ExchangeSink(SinglePartitioning()))
+    planned = {k for stage in compiler.stages for k in stage_kinds(stage, lambda rep: "arrow") if "#" in k}
+    reported = {k for stage in frame.last_run.report.stages for k in stage.phases if "#" in k}
+    assert {k.split("#")[0] for k in reported} >= {"read:parquet", "filter", "hash_aggregate"}
+    assert reported <= planned, "every signed kind a task reports is one the planner prices"
+    entry = ProfileCache(config.profile_cache).load(machine_id(), store_key(config.tmp_url, None), 2)
+    assert entry is not None and reported <= set(entry.profile.compute) | set(entry.profile.call_seconds)

@@ -234,3 +234,79 @@ def test_calibrate_output_gives_every_coefficient_with_its_error() -> None:
     parquet_row = next(line for line in text.splitlines() if line.strip().startswith("read:parquet "))
     assert "2 +-" in parquet_row.split("ns/B")[1], parquet_row  # 2 ms per call, the truth's
     assert "stage start-up" in text and "first touch" in text and "read x" in text
+
+
+# --- operator signatures: what one query's operator costs, learned from its runs -----------------
+
+
+def _signed(observations: list[Observation], signature: str, factor: float) -> list[Observation]:
+    """``observations`` with their hash_aggregate phases renamed to ``hash_aggregate#signature``
+    and ``factor`` times as costly per byte (the same kind of operator computing something else)."""
+    out = []
+    for o in observations:
+        phases, extra = {}, 0.0
+        for kind, (b, wall, io, calls) in o.phases.items():
+            if kind == "hash_aggregate":
+                cpu = wall - io - truth().call_cost(kind) * calls
+                kind, wall, extra = f"hash_aggregate#{signature}", io + truth().call_cost(kind) * calls + factor * cpu, (factor - 1) * cpu
+            phases[kind] = (b, wall, io, calls)
+        facts = replace(o.facts, phases={k: v[0] for k, v in phases.items()}, calls={k: v[3] for k, v in phases.items()})
+        c = min(o.facts.tasks, CONCURRENCY)
+        pack = math.ceil(o.facts.tasks / c) * c / o.facts.tasks
+        out.append(replace(o, facts=facts, phases=phases, wall=o.wall + pack * extra / c))
+    return out
+
+
+def test_operator_signatures_are_fitted_apart_and_their_kind_from_all_of_them() -> None:
+    """Two aggregations (one 3 times as costly per byte) are priced apart; their kind, which
+    prices an aggregation never seen, from both; the per-call cost is not counted twice."""
+    cheap, costly = synthetic(truth())[:21], synthetic(truth())[21:42]
+    observations = _signed(cheap, "aaaa0001", 1.0) + _signed(costly, "bbbb0002", 3.0) + synthetic(truth())[42:]
+    profile = fit(observations, wrong(truth()), bootstrap=5).profile
+    c = truth().compute["hash_aggregate"]
+    assert profile.compute_cost("hash_aggregate#aaaa0001") == pytest.approx(c, rel=1e-3)
+    assert profile.compute_cost("hash_aggregate#bbbb0002") == pytest.approx(3 * c, rel=1e-3)
+    assert c < profile.compute_cost("hash_aggregate#cccc0003") == profile.compute_cost("hash_aggregate") < 3 * c
+    assert profile.call_cost("hash_aggregate#aaaa0001") == pytest.approx(truth().call_cost("hash_aggregate"), rel=1e-3)
+
+
+def test_a_signature_seen_at_one_size_keeps_its_kinds_per_call_cost() -> None:
+    """A stage run again at the same size cannot split per byte from per call: its signature gets
+    a per-byte cost net of its kind's per-call cost, so predicting it again is right."""
+    same = [o for o in synthetic(truth()) if o.facts.name == "scan" and o.facts.tasks == 4 and o.facts.phases["read:parquet"] == 40e6]
+    rest = synthetic(truth())
+    profile = fit(rest + _signed(same, "dddd0004", 2.0), wrong(truth()), bootstrap=5).profile
+    c = truth().compute["hash_aggregate"]
+    assert profile.compute_cost("hash_aggregate#dddd0004") == pytest.approx(2 * c, rel=1e-3)
+    (again,) = _signed(same, "dddd0004", 2.0)
+    assert predict_stage(again.facts, profile, CONCURRENCY).seconds == pytest.approx(again.wall, rel=1e-3)
+
+
+def test_signatures_that_left_the_observations_leave_the_profile() -> None:
+    """A profile learning from ad-hoc queries does not grow without bound."""
+    old = replace(truth(), compute=dict(truth().compute, **{"sort#0ld00000": 1e-9}), call_seconds=dict(truth().call_seconds, **{"sort#0ld00000": 1e-3}),
+                  uncertainty={"compute:sort#0ld00000": 0.1, "compute:sort": 0.1})  # fmt: skip
+    profile = fit(_signed(synthetic(truth()), "eeee0005", 1.0), old, bootstrap=5).profile
+    assert "sort#0ld00000" not in profile.compute and "sort#0ld00000" not in profile.call_seconds
+    assert "compute:sort#0ld00000" not in profile.uncertainty and "compute:sort" in profile.uncertainty
+    assert "hash_aggregate#eeee0005" in profile.compute and "hash_aggregate" in profile.compute
+
+
+def test_operator_kinds_carry_a_stable_signature_of_what_they_compute() -> None:
+    """The same operator has the same signature in every process (BLAKE2, not the salted hash()),
+    and a different expression another one; scans are signed by columns and predicate, not place."""
+    import subprocess
+    import sys
+
+    from croupier.dag.operators import Filter
+    from croupier.dag.scan import ScanSpec
+    from croupier.expr import col
+    from croupier.model.profile import base_kind
+
+    kind = Filter(col("a") < 3).cost_kind
+    assert base_kind(kind) == "filter" and kind != Filter(col("a") < 4).cost_kind
+    code = "from croupier.dag.operators import Filter; from croupier.expr import col; print(Filter(col('a') < 3).cost_kind)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == kind
+    here, there = ScanSpec("/a/*.parquet", "parquet", ("x", "y")), ScanSpec("s3://b/c/*.parquet", "parquet", ("x", "y"))
+    assert here.cost_kind == there.cost_kind != ScanSpec("/a/*.parquet", "parquet", ("x",)).cost_kind
+    assert base_kind(here.cost_kind) == "read:parquet"

@@ -171,13 +171,13 @@ def stage_kinds(stage: Stage, format_of: Callable[[str], str]) -> tuple[str, ...
 
     source = stage.source
     if isinstance(source, ScanSource):
-        kinds = [f"read:{source.spec.format}"]
+        kinds = [source.spec.cost_kind]
     elif isinstance(source, TaskSource):
         kinds = [read_kind(source.reads[0])] if source.reads else []
     else:
         kinds = [exchange_read_kind(source, format_of)]
     kinds += [exchange_read_kind(side, format_of) for side in stage.sides.values()]
-    kinds += [op.kind for op in stage.ops]
+    kinds += [op.cost_kind for op in stage.ops]
     sink = stage.sink
     rep = "frames" if stage.rep == "frames" or any(isinstance(op, RecordsToFrame) for op in stage.ops) else "records"
     if isinstance(sink, ResultSink):

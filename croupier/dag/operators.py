@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from croupier.expr import Expr
+from croupier.model.profile import signed_kind
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns, sort_order, take
 
 #: Aggregation functions a stage can run, by name.
@@ -44,6 +45,12 @@ class Operator(ABC):
     def for_task(self, index: int) -> Operator:
         """This operator as task ``index`` of its stage runs it (most do not care which task)."""
         return self
+
+    @property
+    def cost_kind(self) -> str:
+        """The phase kind its tasks report: ``kind`` signed with what it computes (its
+        description), so the model learns this operator's cost apart from its kind's average."""
+        return signed_kind(self.kind, self.describe())
 
 
 @dataclass(frozen=True)

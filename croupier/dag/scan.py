@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from croupier.errors import InputError
 from croupier.expr import Expr, may_match
+from croupier.model.profile import signed_kind
 from croupier.ops.formats import is_hidden
 from croupier.storage import Location, ObjectInfo, Store, parse_location
 from croupier.storage.commit import read_parts
@@ -61,6 +62,14 @@ class ScanSpec:
     columns: tuple[str, ...] | None = None
     predicate: Expr | None = None
     csv: CsvOptions = field(default_factory=CsvOptions)
+
+    @property
+    def cost_kind(self) -> str:
+        """The phase kind of reading it: ``read:<format>`` signed with the columns and predicate
+        (what decoding costs depends on them; not the location: the same scan of a copy, or of
+        another scale factor, costs the same per byte)."""
+        columns = ",".join(self.columns) if self.columns is not None else "*"
+        return signed_kind(f"read:{self.format}", f"{columns} where {self.predicate.show() if self.predicate is not None else 'true'}")
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ def data_bytes(data: Any) -> int:
 def read_kind(source: Read) -> str:
     """The phase kind of a read."""
     if isinstance(source, ScanRead):
-        return f"read:{source.spec.format}"
+        return source.spec.cost_kind
     if isinstance(source, ExchangeRead):
         return f"read:exchange-{source.rep}-{source.fmt}"
     if isinstance(source, PiecesRead):
@@ -225,7 +225,7 @@ def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
     data = phases.run(read_kind(spec.main), read, ctx, spec.main)
     sides = {name: phases.run(read_kind(r), read, ctx, r) for name, r in spec.sides.items()}
     for op in spec.ops:
-        data = phases.run(op.kind, op.for_task(spec.index).apply, data, sides)
+        data = phases.run(op.cost_kind, op.for_task(spec.index).apply, data, sides)
     out = phases.run(write_kind(spec.write, data), _write_data, data, ctx, spec.write)
     out["phases"] = phases.kinds
     return out

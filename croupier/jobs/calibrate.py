@@ -21,7 +21,7 @@ from croupier.dag.run import make_executor
 from croupier.errors import ConfigError
 from croupier.model.cache import Entry, ProfileCache, machine_id, store_key
 from croupier.model.fit import FitResult, Observation, fit, observations_from_report
-from croupier.model.profile import StorageProfile
+from croupier.model.profile import SIGNATURE, StorageProfile, base_kind
 from croupier.storage.location import parse_location
 
 
@@ -78,10 +78,14 @@ def describe(profile: StorageProfile) -> str:
     )
     lines.append(f"  storage terms: read x{pm('read_scale', profile.read_scale, 1, '')}, write x{pm('write_scale', profile.write_scale, 1, '')} of the grid's")
     lines.append("  compute per phase kind on one core: ns per byte, and ms per call (a phase's fixed cost in each task):")
-    for kind in sorted(set(profile.compute) | set(profile.call_seconds)):
+    kinds = set(profile.compute) | set(profile.call_seconds)
+    for kind in sorted(k for k in kinds if SIGNATURE not in k):
         per_byte = pm("compute:" + kind, profile.compute[kind], 1e9, "ns/B") if kind in profile.compute else "-"
         per_call = pm("call:" + kind, profile.call_seconds[kind], 1e3, "ms/call") if kind in profile.call_seconds else "-"
         lines.append(f"    {kind or '(other operators)':<48} {per_byte:<22} {per_call}")
+    signed = sorted(k for k in kinds if SIGNATURE in k)
+    if signed:
+        lines.append(f"    and {len(signed)} operators priced by their own runs (kind#signature: {', '.join(sorted({base_kind(k) for k in signed}))})")
     lines.append(f"  unexplained spread of stage times: {100 * profile.residual:.1f}% (1 sd); fit: {profile.fit}")
     return "\n".join(lines)
 

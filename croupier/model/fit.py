@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from croupier.model.profile import Curve, StorageProfile
+from croupier.model.profile import SIGNATURE, Curve, StorageProfile, base_kind
 from croupier.model.stage import StageFacts, phase_calls, predict_stage
 
 #: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
@@ -290,8 +290,14 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     """Steps 1-3 of the module docstring on the observations ``rows`` (indices, repeats allowed)."""
     compute: dict[str, float] = {}
     calls: dict[str, float] = {}
+    groups: dict[str, list[int]] = {}
     for j, k in enumerate(d.kinds):
-        compute[k], calls[k] = per_kind(d.bytes[rows, j], d.calls[rows, j], d.cpu[rows, j])
+        groups.setdefault(base_kind(k), []).append(j)
+    for kind, js in groups.items():  # each kind from all its operators' phases
+        compute[kind], calls[kind] = per_kind(d.bytes[rows][:, js].sum(axis=1), d.calls[rows][:, js].sum(axis=1), d.cpu[rows][:, js].sum(axis=1))
+    for j, k in enumerate(d.kinds):  # each operator signature from its own
+        if k not in compute:
+            compute[k], calls[k] = per_signature(d.bytes[rows, j], d.calls[rows, j], d.cpu[rows, j], _known(calls[base_kind(k)], base.call_cost(k)))
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
         js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family))]
         if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
@@ -330,6 +336,20 @@ def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[fl
         sol = nnls(a * (scale * weights)[:, None] / colscale, cpu * scale * weights) / colscale
         weights = np.sqrt(huber_weights((a @ sol - cpu) * scale))
     return float(sol[0]), float(sol[1])
+
+
+def per_signature(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray, per_call: float) -> tuple[float, float]:
+    """(c, d) of one operator signature: as :func:`per_kind`; when its bytes per call hardly vary
+    (one query's stage, run again: the usual case), d is its kind's ``per_call`` and c what is
+    left per byte, so the fixed cost is not counted twice (once in c, once in the kind's d)."""
+    c, d = per_kind(nbytes, calls, cpu)
+    if math.isnan(d) and not math.isnan(c):
+        c = robust_ratio(nbytes, np.maximum(0.0, cpu - per_call * calls))
+    return c, d
+
+
+def _known(value: float, fallback: float) -> float:
+    return fallback if math.isnan(value) else value
 
 
 def _fit_scales(d: Design, rows: np.ndarray) -> tuple[float, float]:
@@ -439,9 +459,14 @@ def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) ->
     def value(v: float, old: float) -> float:
         return old if math.isnan(v) else v
 
-    compute = dict(base.compute) | {k: v for k, v in c.compute.items() if not math.isnan(v)}
-    calls = dict(base.call_seconds) | {k: v for k, v in c.calls.items() if not math.isnan(v)}
-    uncertainty = dict(base.uncertainty)
+    def current(table: Mapping[str, float]) -> dict[str, float]:
+        # an operator signature no observation has any more (it left the history) is dropped,
+        # so that a profile learning from ad-hoc queries does not grow without bound
+        return {k: v for k, v in table.items() if SIGNATURE not in k or k in c.compute or k.split(":", 1)[-1] in c.compute}
+
+    compute = current(base.compute) | {k: v for k, v in c.compute.items() if not math.isnan(v)}
+    calls = current(base.call_seconds) | {k: v for k, v in c.calls.items() if not math.isnan(v)}
+    uncertainty = current(base.uncertainty)
     for name, v in c.as_dict().items():
         e = errors.get(name, math.nan)
         if not math.isnan(v) and not math.isnan(e):

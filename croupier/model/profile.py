@@ -20,6 +20,7 @@ times the terms leave unexplained: together they give every prediction its range
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -161,6 +162,23 @@ class StorageProfile:
     def load(cls, path_or_name: str | Path) -> StorageProfile:
         """Load a profile file, or a shipped profile by name (aws-s3, ibm-cos, local, seaweedfs)."""
         return shipped.load_shipped(path_or_name, "croupier.model", "profiles", "profile", cls.from_dict)
+
+
+#: Separates a phase kind from its operator signature (``hash_aggregate#1f0c9a2e``): what exactly
+#: the operator computes (its expressions, keys, columns), so that a profile learns what that
+#: operator costs from every run of it, beside what its kind costs on average (issue 13).
+SIGNATURE = "#"
+
+
+def base_kind(kind: str) -> str:
+    """A phase kind without its operator signature (``hash_aggregate#1f0c9a2e`` -> ``hash_aggregate``)."""
+    return kind.split(SIGNATURE, 1)[0]
+
+
+def signed_kind(kind: str, what: str) -> str:
+    """``kind`` with the signature of ``what`` (a stable text naming what the operator computes):
+    8 hex digits of its BLAKE2 digest, the same in every process (unlike ``hash``)."""
+    return f"{kind}{SIGNATURE}{hashlib.blake2b(what.encode(), digest_size=4).hexdigest()}"
 
 
 def lookup_key(table: dict[str, float], kind: str) -> str | None:
