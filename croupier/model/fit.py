@@ -446,11 +446,27 @@ def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: in
         values = values[~np.isnan(values)]
         errors[name] = float(values.std(ddof=1)) if len(values) > 2 else math.nan
     profile = apply(base, point, errors)
+    profile = replace(profile, stored=dict(base.stored) | stored_ratios(observations))
     residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in observations if o.wall > 0])
     spread = 1.4826 * float(np.median(np.abs(residuals))) if len(residuals) else base.residual
     mape = 100 * float(np.mean(np.abs(residuals))) if len(residuals) else math.nan
     profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n))
     return FitResult(profile, estimates, errors, mape, n)
+
+
+def stored_ratios(observations: Sequence[Observation]) -> dict[str, float]:
+    """Per exchange write kind, bytes stored per byte of data (robustly, over the stages that
+    write one: their only writes are its objects), so that a plan's exchange is priced at the
+    bytes its codec really moves (zstd stores TeraSort records at about a third)."""
+    pairs: dict[str, tuple[list[float], list[float]]] = {}
+    for o in observations:
+        kinds = [k for k in o.phases if k.startswith("write:exchange")]
+        if len(kinds) == 1 and o.facts.write_bytes > 0 and o.phases[kinds[0]][0] > 0:
+            data, stored = pairs.setdefault(kinds[0], ([], []))
+            data.append(float(o.phases[kinds[0]][0]))
+            stored.append(float(o.facts.write_bytes))
+    ratios = {k: robust_ratio(np.array(x), np.array(y)) for k, (x, y) in pairs.items()}
+    return {k: v for k, v in ratios.items() if not math.isnan(v) and v > 0}
 
 
 def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) -> StorageProfile:

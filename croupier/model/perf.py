@@ -100,7 +100,7 @@ def predict(
     (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
     stage is left out — no plan can change it.
     """
-    facts = stage_facts(plan, data_bytes, producers_done, phases)
+    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(profile, phases))
     stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
     requests = job_requests(plan)
     prediction = Prediction(plan, data_bytes, stages, requests)
@@ -114,15 +114,25 @@ def job_requests(plan: ExchangePlan) -> dict[str, int]:
     return {"PUT": counted["PUT"] + plan.workers, "GET": counted["GET"] + plan.producers, "GET_RANGE": counted["GET_RANGE"]}
 
 
+def stored_ratio(profile: StorageProfile, phases: dict[str, tuple[str, ...]] | None = None) -> float:
+    """Bytes the exchange's objects hold per byte of data: its write kind's measured ratio."""
+    kinds = {**SORT_PHASES, **(phases or {})}
+    writes = [k for k in kinds.get("map", ()) if k.startswith("write:exchange")]
+    return profile.stored_ratio(writes[0]) if writes else 1.0
+
+
 def stage_facts(
     plan: ExchangePlan,
     data_bytes: int,
     producers_done: bool = False,
     phases: dict[str, tuple[str, ...]] | None = None,
+    stored: float = 1.0,
 ) -> list[StageFacts]:
     """What each stage of ``plan`` does on ``data_bytes`` (tasks, bytes per phase kind, reads and
     writes with their bytes, exchange fetches), in the order :func:`predict` predicts them; other
-    accountings of the same stages (:mod:`croupier.plan.cloud`) start from these facts too."""
+    accountings of the same stages (:mod:`croupier.plan.cloud`) start from these facts too.
+    ``stored``: bytes the exchange's objects hold per byte of data (its codec's compression;
+    :func:`stored_ratio`): what its writes and fetches move, while its phases process ``data_bytes``."""
     kinds = {**SORT_PHASES, **(phases or {})}
     p, m = plan.workers, plan.producers
     d = float(data_bytes)
@@ -138,8 +148,9 @@ def stage_facts(
         # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
         reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if i == 0 else fetched
         writes = counts[i].puts if i < plan.levels else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
-        write_bytes = d if writes else 0.0
-        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, d if reads else 0.0, writes, write_bytes, fetched, d if fetched else 0.0))
+        write_bytes = (d * stored if i < plan.levels else d) if writes else 0.0
+        read_bytes = (d * stored if i > 0 else d) if reads else 0.0
+        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, read_bytes, writes, write_bytes, fetched, d * stored if fetched else 0.0))
     return facts
 
 

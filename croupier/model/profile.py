@@ -93,6 +93,9 @@ class StorageProfile:
     #: seconds per call of a phase kind (one task runs each of its phases once): fixed costs such as
     #: a Parquet footer or an empty exchange object, same key lookup as ``compute``
     call_seconds: dict[str, float] = field(default_factory=dict)
+    #: fitted: bytes stored per byte of data of an exchange write kind (its codec's compression: a
+    #: zstd exchange of TeraSort records stores about a third), by kind; unknown kinds store 1:1
+    stored: dict[str, float] = field(default_factory=dict)
     read_scale: float = 1.0  # fitted: multiplier of the read terms (real stages against the request grid)
     write_scale: float = 1.0  # fitted: multiplier of the write terms
     first_touch_seconds_per_byte: float = 0.0  # fitted: fresh memory a function's first task touches, per byte of that task
@@ -134,6 +137,11 @@ class StorageProfile:
         """Seconds per call of phase ``kind`` (0 when the profile does not know its kind)."""
         key = lookup_key(self.call_seconds, kind)
         return self.call_seconds[key] if key is not None else 0.0
+
+    def stored_ratio(self, kind: str) -> float:
+        """Bytes an exchange write of ``kind`` stores per byte of data (1 when not measured)."""
+        key = lookup_key(self.stored, kind)
+        return self.stored[key] if key is not None else 1.0
 
     def compute_cost(self, kind: str) -> float:
         """Seconds per byte on one core of phase ``kind``: the longest key of ``compute`` that

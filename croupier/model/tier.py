@@ -377,12 +377,12 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     memory held (its capacity, or r for the hybrid) and its request charges."""
     from dataclasses import replace
 
-    from croupier.model.perf import Prediction, cost as slow_cost, job_requests, predict, stage_facts
+    from croupier.model.perf import Prediction, cost as slow_cost, job_requests, predict, stage_facts, stored_ratio
     from croupier.model.stage import StagePrediction, Term, predict_stage
 
     if tier == "slow" or fast is None:
         return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
-    facts = stage_facts(plan, data_bytes, producers_done, phases)
+    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases))
     first = 1 if producers_done else 0
     stages = []
     for offset, f in enumerate(facts):

@@ -52,7 +52,7 @@ from typing import Any, Generator, Iterable
 from croupier.errors import ConfigError
 from croupier.exchange.move import FETCH_THREADS
 from croupier.exchange.plan import ExchangePlan
-from croupier.model.perf import SORT_PHASES, stage_facts
+from croupier.model.perf import SORT_PHASES, stage_facts, stored_ratio
 from croupier.model.profile import StorageProfile
 from croupier.model.stage import first_touch_seconds, kind_seconds
 from croupier.sim.platform import WRITE_STREAMS, Network, Platform, StoreLimits
@@ -301,7 +301,8 @@ def sort_stages(
     exact = all(c.objects <= exact_limit and c.gets + c.ranged_gets <= exact_limit * 4 for c in counts)
     tier = "fast" if fast else "store"
     kinds_of = {role: tuple(k for k in kinds if not exchange_only or k.startswith("write:exchange") or k == "regroup") for role, kinds in SORT_PHASES.items()}
-    facts = stage_facts(plan, data_bytes, phases=kinds_of)
+    stored = stored_ratio(profile, kinds_of)
+    facts = stage_facts(plan, data_bytes, phases=kinds_of, stored=stored)
     stages = []
     for i in range(plan.levels + 1):
         name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level {i + 1}")
@@ -316,14 +317,14 @@ def sort_stages(
                 reads, rstore, rstreams = (() if exchange_only else (Batch(f"input/part-{t:06d}", 1, per_task),)), "store", 1
             else:
                 rkeys = [r.key for r in plan.reads(i - 1, t)] if exact else _rep_keys(i - 1, counts[i - 1].gets + counts[i - 1].ranged_gets, plan.workers)
-                rsize = d / max(1, counts[i - 1].gets + counts[i - 1].ranged_gets)
+                rsize = d * stored / max(1, counts[i - 1].gets + counts[i - 1].ranged_gets)
                 reads = batches(rkeys, [rsize] * len(rkeys), quantum)
                 rstore, rstreams = tier, min(FETCH_THREADS, len(rkeys))
             if i == plan.levels:
                 writes, wstore = (() if exchange_only else (Batch(f"output/part-{t:06d}", 1, per_task),)), "store"
             else:
                 wkeys = [w.key for w in plan.writes(i, t)] if exact else _rep_keys(i, counts[i].puts, tasks_n)
-                wsize = d / max(1, counts[i].puts)
+                wsize = d * stored / max(1, counts[i].puts)
                 writes, wstore = batches(wkeys, [wsize] * len(wkeys), quantum), tier
             tasks.append(TaskIO(reads, rstore, rstreams, compute, writes, wstore, max(1, min(write_streams, sum(b.count for b in writes))), not exact, touch))
         if not exact:
