@@ -52,19 +52,21 @@ def test_a_run_holds_a_renewed_lease_and_removes_everything_at_the_end(store_env
 
 def test_clean_during_a_live_run_deletes_nothing_of_it(store_env: tuple[str, Config]) -> None:
     root, config = store_env
-    run = Run("live", config.with_(lease=0.3))
+    # a 1 s lease, renewed every 1/3 s: a renewal may be late by 2/3 s before the lease lapses (with
+    # 0.3 s, one scheduling hiccup of 0.2 s on a loaded 2-core machine failed the test)
+    run = Run("live", config.with_(lease=1.0))
     tmp = run.open_tmp(f"{root}/out")
     commit = run.begin_output(f"{root}/out", overwrite=False)
     open_store(tmp, config).put("map/l0/s00000", b"exchange data")
     open_store(f"{root}/out", config).put(f"part-00000-{commit.tag}", b"a part, not committed yet")
     mine = _objects(f"{root}/out", config)
-    deadline = time.time() + 1.0  # three lease periods: the keeper must keep renewing
+    deadline = time.time() + 3.0  # three lease periods: the keeper must keep renewing
     while time.time() < deadline:
         result = clean(f"{root}/out", config)
         assert result.removed == [] and [r.run_id for r in result.skipped] == [run.run_id]
         assert result.skipped[0].reason.startswith("live: lease expires in")
         assert result.writer is not None and not result.writer.removable and not result.writer_removed
-        time.sleep(0.1)
+        time.sleep(0.2)
     with_leases = _objects(f"{root}/out", config)
     assert set(with_leases) == set(mine)  # nothing deleted (leases renewed in place)
     commit.abort()
