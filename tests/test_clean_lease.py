@@ -163,7 +163,7 @@ def test_after_a_sigkill_of_every_process_clean_removes_everything_the_run_left(
     assert {o.key: bytes(out.get(o.key)) for o in read_parts(out)} == {k: v for k, v in old.items() if k.startswith("part-")}
     early = clean(f"{root}/out", config.with_(lease=1))
     assert early.removed == [] or all("expired" in r.reason for r in early.removed)
-    time.sleep(1.2)
+    time.sleep(2.2)  # the 1 s lease lapses, and is dead a period later
     result = clean(f"{root}/out", config.with_(lease=1))
     # on a loaded machine the lease may already have expired at the first clean: together they remove it all
     assert (early.removed or result.removed) and (early.writer_removed or result.writer_removed)
@@ -187,3 +187,36 @@ def test_lease_is_a_validated_config_duration() -> None:
         Config.from_env({"CROUPIER_LEASE": "soon"})
     assert Config(tmp_url="relative/tmp").tmp_url == str(parse_location("relative/tmp"))  # resolved once
     assert LEASE == "_lease"
+
+
+def test_a_lapsed_lease_is_dead_only_a_period_later(store_env: tuple[str, Config]) -> None:
+    """A run whose keeper is late (its lease lapsed less than a lease period ago) keeps its files
+    and its output: clean skips it and says why; a period later it is dead and clean removes it.
+    Leases written before the period was recorded are dead when they lapse, as before."""
+    import json
+
+    from croupier.storage.lease import Lease
+
+    lease = Lease.new("20260101T000000Z-0000abcd", 10.0, now=1000.0)
+    assert lease.expired(1010.0) and not lease.dead(1015.0) and lease.dead(1020.0)
+    assert Lease.from_bytes(lease.renewed(10.0, now=1005.0).to_bytes(), "x").period == 10.0
+    old = json.loads(lease.to_bytes())
+    del old["period"]
+    legacy = Lease.from_bytes(json.dumps(old).encode(), "x")
+    assert legacy.period == 0.0 and legacy.dead(1010.0)
+
+    root, config = store_env
+    run = Run("late", config.with_(lease=2.0))
+    tmp = run.open_tmp(f"{root}/out")
+    open_store(tmp, config).put("map/l0/s00000", b"exchange data")
+    run.keeper.stop()  # the keeper is late from now on
+    held = read_lease(open_store(tmp, config), LEASE)
+    assert held is not None
+    lapse = held[0].expires - time.time()
+    time.sleep(max(0.0, lapse) + 0.3)  # lapsed, not yet dead
+    result = clean(f"{root}/out", config)
+    assert result.removed == [] and "keeper may be late" in result.skipped[0].reason, result.skipped
+    time.sleep(max(0.0, held[0].expires + held[0].period - time.time()) + 0.1)
+    result = clean(f"{root}/out", config)
+    assert [r.run_id for r in result.removed] == [run.run_id]
+    assert open_store(f"{root}/out", config).list() == []

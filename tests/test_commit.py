@@ -141,7 +141,7 @@ def test_a_failure_after_any_step_leaves_the_old_or_the_new_output_whole(store_e
                 seen_old += state == old
                 if not crash and state == old:  # the failed writer cleaned up after itself
                     assert sorted(o.key for o in clean.list()) == sorted([MANIFEST, *old]), (n, after)
-                time.sleep(0.06)  # the dead writer's lease expires; the next writer takes over
+                time.sleep(0.12)  # the dead writer's lease expires and a period more passes; the next writer takes over
                 write_output(clean, NEXT, parts_of(NEXT, 2))
                 assert visible(clean) == parts_of(NEXT, 2)
                 assert sorted(o.key for o in clean.list()) == sorted([MANIFEST, *parts_of(NEXT, 2)]), (n, after, crash)
@@ -235,7 +235,7 @@ def test_a_writer_that_lost_its_lock_cannot_commit(store_env: tuple[str, Config]
     slow = OutputCommit(store, OLD, overwrite=False, lease=0.05)
     slow.begin()
     store.put("part-00000-0000aaaa", b"slow")
-    time.sleep(0.06)  # its lease expires: it was "suspended"
+    time.sleep(0.12)  # its lease lapses and a period more passes: it was "suspended"
     write_output(store, NEW, parts_of(NEW, 1), overwrite=False)
     with pytest.raises(OutputBusyError, match="lost the writer lock"):
         slow.commit([Part("part-00000-0000aaaa", 4, 1)], "records", "gensort", {})
@@ -379,13 +379,13 @@ def test_a_chain_of_dead_writers_leaves_nothing_behind(store_env: tuple[str, Con
         first.begin()
         for key, data in parts_of(OLD, 2).items():
             store.put(key, data)  # then it dies
-        time.sleep(0.06)
+        time.sleep(0.12)  # lapsed a period ago: dead
         second = OutputCommit(Store(FailAt(open_store(f"{root}/chain{n}", config).backend, n, after=False, crash=True)), NEW, False, 0.05)
         try:
             second.begin()
             second.store.put(f"part-00000-{second.tag}", b"second")  # it may get this far, then dies
         except StorageError:
             pass
-        time.sleep(0.06)
+        time.sleep(0.12)
         write_output(store, NEXT, parts_of(NEXT, 1), overwrite=False)
         assert sorted(o.key for o in store.list()) == sorted([MANIFEST, *parts_of(NEXT, 1)]), n

@@ -115,7 +115,7 @@ def test_sigkill_of_every_process_then_clean(sort_input: tuple[str, Config]) -> 
     left = _keys(f"{url}/out", config)
     assert any(k.startswith("_croupier_tmp/") for k in left) and "_croupier_lock" in left
     assert "_SUCCESS" not in left
-    time.sleep(2.5)  # the lease expires
+    time.sleep(4.5)  # the 2 s lease lapses, and is dead a period later
     clean = subprocess.run([*CLI, "clean", f"{url}/out"], env=env, capture_output=True, text=True, timeout=60)
     assert clean.returncode == 0, clean.stderr
     assert "deleted run" in clean.stdout and "writer lock of dead run" in clean.stdout, clean.stdout

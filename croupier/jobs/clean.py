@@ -164,6 +164,9 @@ def _verdict(run: Leftovers, lease: float, now: float, older_than: float | None,
         if not run.lease.expired(now):
             run.reason = f"live: lease expires in {run.lease.expires - now:.0f} s (host {run.lease.host}, pid {run.lease.pid})"
             return False
+        if not run.lease.dead(now):
+            run.reason = f"lease lapsed {now - run.lease.expires:.0f} s ago, but its keeper may be late: dead in {run.lease.expires + run.lease.period - now:.0f} s"
+            return False
         run.reason = f"lease expired {now - run.lease.expires:.0f} s ago"
         return True
     if run.reason:  # an unreadable lease
@@ -202,6 +205,8 @@ def _dead_writer(store: Store, run_id: str | None, force: bool, now: float, olde
         writer.reason = "forced"
     elif not lease.expired(now):
         writer.removable, writer.reason = False, f"live: writing this output, lease expires in {lease.expires - now:.0f} s"
+    elif not lease.dead(now):
+        writer.removable, writer.reason = False, f"writing this output; its lease lapsed {now - lease.expires:.0f} s ago, but its keeper may be late: dead in {lease.expires + lease.period - now:.0f} s"
     elif older_than is not None and now - lease.started < older_than:
         writer.removable, writer.reason = False, "started less than --older-than ago"
     else:

@@ -229,7 +229,7 @@ class OutputCommit:
         if held is None:
             return False
         other, version = held
-        if not other.expired():
+        if not other.dead():
             raise OutputBusyError(
                 f"output {self.location} is being written by {other.describe()}; "
                 "wait for it to finish, or choose another output"

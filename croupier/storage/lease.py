@@ -47,6 +47,11 @@ class Lease:
         tag:     the run's part-name tag (output locks only)
         inherited: tags of dead writers whose lock this one took over and whose parts are not
                  all deleted yet (output locks only): whoever takes this lock over deletes them too
+        period:  seconds each renewal extends it by (0 in leases written before it was recorded)
+
+    A lease that lapsed may belong to a run whose keeper is merely late (a frozen machine, a
+    process descheduled); it is *dead* only one more period later (:meth:`dead`), and only a dead
+    lease lets another run take its output or ``croupier clean`` delete what it holds.
     """
 
     run_id: str
@@ -56,12 +61,13 @@ class Lease:
     expires: float
     tag: str = ""
     inherited: tuple[str, ...] = ()
+    period: float = 0.0
 
     @classmethod
     def new(cls, run_id: str, seconds: float, tag: str = "", now: float | None = None, inherited: tuple[str, ...] = ()) -> Lease:
         """A lease for this process, valid ``seconds`` from ``now``."""
         now = time.time() if now is None else now
-        return cls(run_id, socket.gethostname(), os.getpid(), now, now + seconds, tag, inherited)
+        return cls(run_id, socket.gethostname(), os.getpid(), now, now + seconds, tag, inherited, seconds)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -70,10 +76,15 @@ class Lease:
 
     def renewed(self, seconds: float, now: float | None = None) -> Lease:
         """The same lease, valid ``seconds`` from ``now``."""
-        return replace(self, expires=(time.time() if now is None else now) + seconds)
+        return replace(self, expires=(time.time() if now is None else now) + seconds, period=seconds)
 
     def expired(self, now: float | None = None) -> bool:
+        """Whether it lapsed (its keeper did not renew it in time; it may only be late)."""
         return (time.time() if now is None else now) >= self.expires
+
+    def dead(self, now: float | None = None) -> bool:
+        """Whether it lapsed a whole period ago: its run is gone, not late (see the class docstring)."""
+        return (time.time() if now is None else now) >= self.expires + self.period
 
     def describe(self, now: float | None = None) -> str:
         """"run R (host H, pid P, started T; lease expires in S s)" for messages."""
@@ -93,7 +104,7 @@ class Lease:
         try:
             body = json.loads(data)
             inherited = tuple(str(t) for t in body.get("inherited", ()))
-            return cls(str(body["run_id"]), str(body["host"]), int(body["pid"]), float(body["started"]), float(body["expires"]), str(body.get("tag", "")), inherited)
+            return cls(str(body["run_id"]), str(body["host"]), int(body["pid"]), float(body["started"]), float(body["expires"]), str(body.get("tag", "")), inherited, float(body.get("period", 0.0)))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"{where} is not a lease Croupier wrote ({exc}); if no Croupier run uses it, delete it yourself") from exc
 
