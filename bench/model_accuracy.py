@@ -94,9 +94,9 @@ def line(label: str, predicted: float, measured: float, load: float | None = Non
     load = os.getloadavg()[0] if load is None else load
     return f"  {label:<52} predicted {predicted:7.3f} s  measured {measured:7.3f} s  error {100 * (predicted - measured) / measured:+6.1f}%  load {load:4.1f}"
 
+
 def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int) -> tuple[list[Point], list[tuple[str, float]]]:
     """The sort grid on one store; returns the points and the regret per size."""
-
     assert config.profile is not None
     profile = StorageProfile.load(config.profile)
     points: list[Point] = []
@@ -187,7 +187,7 @@ def tpch_queries(store: str, config: Config, entry: Entry, tables: dict[str, str
     return points, regrets
 
 
-def _query_points(store: str, number: int, runs: dict[tuple[str, int], list[list[Observation]]], loads: dict[tuple[str, int], float], profile: Any, concurrency: int, prefix: str) -> tuple[list[Point], float]:
+def _query_points(store: str, number: int, runs: dict[tuple[str, int], list[list[Observation]]], loads: dict[tuple[str, int], float], profile: StorageProfile, concurrency: int, prefix: str) -> tuple[list[Point], float]:
     """The points of one query's grid under ``profile`` (per stage: median predicted and measured
     over the repeats; per run: their sums), and the selector's regret over the grid."""
     points: list[Point] = []
@@ -245,25 +245,19 @@ def summary(points: list[Point], regrets: list[tuple[str, float]]) -> None:
     stores = sorted({p[1] for p in points})
     print("\n== mean absolute error ==")
     for store in stores:
-        stages = [p for p in points if p[1] == store and p[2].startswith("tpch-stage")]
-        long = [p for p in stages if p[4] >= SHORT]
-        sorts = [p for p in points if p[1] == store and p[2].startswith("sort ")]
-        queries = [p for p in points if p[1] == store and p[2].startswith("tpch-query")]
-        learned = [p for p in points if p[1] == store and p[2].startswith("learned tpch-stage")]
-        learned_queries = [p for p in points if p[1] == store and p[2].startswith("learned tpch-query")]
-        print(f"{store:<10} TPC-H stages (target <= 15%)      {mae(stages)}")
-        print(f"{store:<10}   of them stages >= {SHORT} s            {mae(long)}")
-        print(f"{store:<10} TPC-H queries (sum of stages)     {mae(queries)}")
-        print(f"{store:<10} TPC-H stages, learned profile     {mae(learned)}")
-        print(f"{store:<10}   of them stages >= {SHORT} s            {mae([p for p in learned if p[4] >= SHORT])}")
-        print(f"{store:<10} TPC-H queries, learned profile    {mae(learned_queries)}")
-        print(f"{store:<10} sort grid (target <= 10%)         {mae(sorts)}")
+        for prefix, stages_label, queries_label in (("", "stages (target <= 15%) ", "queries (sum of stages)"), ("learned ", "stages, learned profile", "queries, learned profile")):
+            stages = [p for p in points if p[1] == store and p[2].startswith(f"{prefix}tpch-stage")]
+            queries = [p for p in points if p[1] == store and p[2].startswith(f"{prefix}tpch-query")]
+            print(f"{store:<10} TPC-H {stages_label:<27} {mae(stages)}")
+            print(f"{store:<10}   of them stages >= {SHORT} s            {mae([p for p in stages if p[4] >= SHORT])}")
+            print(f"{store:<10} TPC-H {queries_label:<27} {mae(queries)}")
+        print(f"{store:<10} sort grid (target <= 10%)         {mae([p for p in points if p[1] == store and p[2].startswith('sort ')])}")
     print("\n== per (store, family) ==")
     by_family: dict[tuple[str, str], list[Point]] = defaultdict(list)
     for point in points:
         by_family[(point[1], point[2])].append(point)
     for (store, family), rows in sorted(by_family.items()):
-        print(f"{store:<10} {family:<24} {mae(rows)}")
+        print(f"{store:<10} {family:<28} {mae(rows)}")
     print("\n== selector regret (sort: target <= 1.05 for >= 95%; TPC-H: <= 1.10) ==")
     for what, r in regrets:
         print(f"  {what:<28} {r:.3f}")

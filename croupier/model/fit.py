@@ -305,10 +305,9 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
             known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
             calls[family] = float(np.median(known)) if known else math.nan
     read_scale, write_scale = _fit_scales(d, rows)
-    c_vec = np.array([compute[k] if not math.isnan(compute[k]) else base.compute_cost(k) for k in d.kinds])
-    d_vec = np.array([calls[k] if not math.isnan(calls[k]) else base.call_cost(k) for k in d.kinds])
-    rs = base.read_scale if math.isnan(read_scale) else read_scale
-    ws = base.write_scale if math.isnan(write_scale) else write_scale
+    c_vec = np.array([_known(compute[k], base.compute_cost(k)) for k in d.kinds])
+    d_vec = np.array([_known(calls[k], base.call_cost(k)) for k in d.kinds])
+    rs, ws = _known(read_scale, base.read_scale), _known(write_scale, base.write_scale)
     busy = d.bytes[rows] @ c_vec + d.calls[rows] @ d_vec + rs * d.read_unit[rows] + ws * d.write_unit[rows]
     left = d.wall[rows] - d.pack[rows] * busy / d.c[rows]
     t0, t1, f = _fit_overheads(left, d.waves[rows], d.task_bytes[rows], d.wall[rows], base)
@@ -349,6 +348,7 @@ def per_signature(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray, per_ca
 
 
 def _known(value: float, fallback: float) -> float:
+    """``value``, or ``fallback`` where the fit could not identify it (NaN)."""
     return fallback if math.isnan(value) else value
 
 
@@ -362,8 +362,7 @@ def _fit_scales(d: Design, rows: np.ndarray) -> tuple[float, float]:
     write = robust_ratio(d.write_unit[rows][pure], d.write_io[rows][pure])
     if math.isnan(read) or math.isnan(write):
         common = robust_ratio(d.read_unit[rows][mixed] + d.write_unit[rows][mixed], d.both_io[rows][mixed])
-        read = common if math.isnan(read) else read
-        write = common if math.isnan(write) else write
+        read, write = _known(read, common), _known(write, common)
     return read, write
 
 
@@ -472,9 +471,6 @@ def stored_ratios(observations: Sequence[Observation]) -> dict[str, float]:
 def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) -> StorageProfile:
     """``base`` with the identified coefficients of ``c`` and their relative errors."""
 
-    def value(v: float, old: float) -> float:
-        return old if math.isnan(v) else v
-
     def current(table: Mapping[str, float]) -> dict[str, float]:
         # an operator signature no observation has any more (it left the history) is dropped,
         # so that a profile learning from ad-hoc queries does not grow without bound
@@ -491,10 +487,10 @@ def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) ->
         base,
         compute=compute,
         call_seconds=calls,
-        read_scale=value(c.read_scale, base.read_scale),
-        write_scale=value(c.write_scale, base.write_scale),
-        startup_seconds=value(c.t0, base.startup_seconds),
-        wave_seconds=value(c.t1, base.wave_seconds),
-        first_touch_seconds_per_byte=value(c.first_touch, base.first_touch_seconds_per_byte),
+        read_scale=_known(c.read_scale, base.read_scale),
+        write_scale=_known(c.write_scale, base.write_scale),
+        startup_seconds=_known(c.t0, base.startup_seconds),
+        wave_seconds=_known(c.t1, base.wave_seconds),
+        first_touch_seconds_per_byte=_known(c.first_touch, base.first_touch_seconds_per_byte),
         uncertainty=uncertainty,
     )

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croupier.errors import ConfigError
-from croupier.model.perf import Prediction, stage_facts
+from croupier.model.perf import Prediction, stage_facts, stored_ratio
 from croupier.model.perf import cost as selector_cost
 from croupier.model.profile import Prices, StorageProfile
 from croupier.model.selector import MEMORY_SHARE, Choice, choose, robust
@@ -439,7 +439,7 @@ def locus_accounting(prediction: Prediction, profile: StorageProfile, phases: di
     for the bandwidth parts only (every byte moved at the per-worker bandwidth, no wait on
     throttled requests). Returns the re-timed prediction and the function-seconds to bill."""
     stages, billed = [], 0.0
-    for facts in stage_facts(prediction.plan, prediction.data_bytes, phases=phases):
+    for facts in stage_facts(prediction.plan, prediction.data_bytes, phases=phases, stored=stored_ratio(profile, phases)):
         c = max(1, facts.tasks)
         read = io_term("read", facts.read_bytes, facts.reads, profile, c)
         write = io_term("write", facts.write_bytes, facts.writes, profile, c)
