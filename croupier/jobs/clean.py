@@ -162,13 +162,10 @@ def _verdict(run: Leftovers, lease: float, now: float, older_than: float | None,
         return False
     if run.lease is not None:
         if not run.lease.expired(now):
-            run.reason = f"live: lease expires in {run.lease.expires - now:.0f} s (host {run.lease.host}, pid {run.lease.pid})"
+            run.reason = f"live: {run.lease.status(now)} (host {run.lease.host}, pid {run.lease.pid})"
             return False
-        if not run.lease.dead(now):
-            run.reason = f"lease lapsed {now - run.lease.expires:.0f} s ago, but its keeper may be late: dead in {run.lease.expires + run.lease.period - now:.0f} s"
-            return False
-        run.reason = f"lease expired {now - run.lease.expires:.0f} s ago"
-        return True
+        run.reason = run.lease.status(now)
+        return run.lease.dead(now)
     if run.reason:  # an unreadable lease
         return False
     if age is None:
@@ -204,13 +201,13 @@ def _dead_writer(store: Store, run_id: str | None, force: bool, now: float, olde
     if force:
         writer.reason = "forced"
     elif not lease.expired(now):
-        writer.removable, writer.reason = False, f"live: writing this output, lease expires in {lease.expires - now:.0f} s"
+        writer.removable, writer.reason = False, f"live: writing this output, {lease.status(now)}"
     elif not lease.dead(now):
-        writer.removable, writer.reason = False, f"writing this output; its lease lapsed {now - lease.expires:.0f} s ago, but its keeper may be late: dead in {lease.expires + lease.period - now:.0f} s"
+        writer.removable, writer.reason = False, f"writing this output; {lease.status(now)}"
     elif older_than is not None and now - lease.started < older_than:
         writer.removable, writer.reason = False, "started less than --older-than ago"
     else:
-        writer.reason = f"lease expired {now - lease.expires:.0f} s ago"
+        writer.reason = lease.status(now)
     return writer
 
 

@@ -86,12 +86,20 @@ class Lease:
         """Whether it lapsed a whole period ago: its run is gone, not late (see the class docstring)."""
         return (time.time() if now is None else now) >= self.expires + self.period
 
-    def describe(self, now: float | None = None) -> str:
-        """"run R (host H, pid P, started T; lease expires in S s)" for messages."""
+    def status(self, now: float | None = None) -> str:
+        """"lease expires in S s", "lease lapsed S s ago, but its keeper may be late: dead in D s"
+        or "lease expired S s ago" (dead), for messages."""
         now = time.time() if now is None else now
         left = self.expires - now
-        when = f"expires in {left:.0f} s" if left > 0 else f"expired {-left:.0f} s ago"
-        return f"run {self.run_id} (host {self.host}, pid {self.pid}, started {_iso(self.started)}; lease {when})"
+        if left > 0:
+            return f"lease expires in {left:.0f} s"
+        if not self.dead(now):
+            return f"lease lapsed {-left:.0f} s ago, but its keeper may be late: dead in {self.expires + self.period - now:.0f} s"
+        return f"lease expired {-left:.0f} s ago"
+
+    def describe(self, now: float | None = None) -> str:
+        """"run R (host H, pid P, started T; lease expires in S s)" for messages."""
+        return f"run {self.run_id} (host {self.host}, pid {self.pid}, started {_iso(self.started)}; {self.status(now)})"
 
     def to_bytes(self) -> bytes:
         body = asdict(self)
