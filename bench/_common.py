@@ -5,7 +5,10 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Hashable, Sequence, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 from croupier.config import Config, S3Options, Secret
 from croupier.testing import SeaweedFS
@@ -28,6 +31,19 @@ def timed(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
+
+
+def interleaved(points: Sequence[K], measure: Callable[[K], V], rounds: int, between: Callable[[], object] = lambda: None) -> dict[K, list[V]]:
+    """``measure`` every point once per round, ``rounds`` times over the whole grid, and return
+    each point's measurements: a slow minute on this shared machine then costs one run of each
+    point, not every run of the few points measured during it (repeats back to back did that).
+    ``between`` runs after every round (``SeaweedFS.vacuum``: reclaim the deleted runs' space)."""
+    measured: dict[K, list[V]] = {point: [] for point in points}
+    for _ in range(max(1, rounds)):
+        for point in points:
+            measured[point].append(measure(point))
+        between()
+    return measured
 
 
 def s3_config(config: Config, server: SeaweedFS) -> Config:

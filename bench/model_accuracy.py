@@ -7,7 +7,9 @@ a first run does), whose profile is then fixed for the store's runs (saved to a 
 * sort (issue 15): a grid of data sizes x P x every plan of P (direct, k-level, each with and
   without write combining). Each plan's exchange time (map + levels + reduce) is predicted
   *before* the run by ``croupier.model.perf.predict`` (what the selector compares) and measured
-  by running the sort with that plan forced; the median of ``--repeat`` runs counts.
+  by running the sort with that plan forced; the median of ``--repeat`` runs counts, run in
+  rounds over the grid (every plan once per round, so that a slow minute on this shared machine
+  costs one run of each point, as for the TPC-H grid below).
 * TPC-H query stages (issue 13): queries run through ``croupier.sql`` with a forced grid of plan
   family (direct, direct+wc, 2-level) x P; each is run ``--repeat`` times and every stage's
   measured wall time is the median over the repeats. A stage's prediction is the model's time for
@@ -39,7 +41,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,7 +65,7 @@ from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, s3_config  # noqa: E402
+from _common import default_dir, interleaved, s3_config  # noqa: E402
 
 #: (label, store, family, predicted s, measured s) of one run.
 Point = tuple[str, str, str, float, float]
@@ -95,8 +97,9 @@ def line(label: str, predicted: float, measured: float, load: float | None = Non
     return f"  {label:<52} predicted {predicted:7.3f} s  measured {measured:7.3f} s  error {100 * (predicted - measured) / measured:+6.1f}%  load {load:4.1f}"
 
 
-def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int) -> tuple[list[Point], list[tuple[str, float]]]:
-    """The sort grid on one store; returns the points and the regret per size."""
+def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int, tidy: Callable[[], object]) -> tuple[list[Point], list[tuple[str, float]]]:
+    """The sort grid on one store; returns the points and the regret per size. ``tidy`` runs
+    between rounds (SeaweedFS: reclaim the space of the runs' deleted objects)."""
     assert config.profile is not None
     profile = StorageProfile.load(config.profile)
     points: list[Point] = []
@@ -107,19 +110,17 @@ def sort_grid(store: str, base: str, config: Config, sizes: list[int], workers: 
             sort(f"{base}/in", f"{base}/out", 2, config, overwrite=True, executor=executor)  # warm-up, not counted
             grid = []
             predictions: list[tuple[Any, float]] = []
-            for p in workers:
-                for plan in all_plans(p, max_levels):
-                    prediction = predict(plan, size, profile, config.concurrency)
-                    predicted = prediction.seconds
-                    measured = float(np.median([
-                        exchange_seconds(sort(f"{base}/in", f"{base}/out", plan.workers, config, overwrite=True, executor=executor, plan=plan))
-                        for _ in range(repeat)
-                    ]))  # fmt: skip
-                    grid.append((plan, predicted, measured))
-                    predictions.append((prediction, measured))
-                    label = f"{store} sort {format_bytes(size)} P={p} {plan.name}"
-                    points.append((label, store, f"sort {plan.family}", predicted, measured))
-                    print(line(label, predicted, measured), flush=True)
+            plans = [plan for p in workers for plan in all_plans(p, max_levels)]
+            runs = interleaved(plans, lambda plan: exchange_seconds(sort(f"{base}/in", f"{base}/out", plan.workers, config, overwrite=True, executor=executor, plan=plan)), repeat, tidy)
+            for plan in plans:
+                prediction = predict(plan, size, profile, config.concurrency)
+                predicted = prediction.seconds
+                measured = float(np.median(runs[plan]))
+                grid.append((plan, predicted, measured))
+                predictions.append((prediction, measured))
+                label = f"{store} sort {format_bytes(size)} P={plan.workers} {plan.name}"
+                points.append((label, store, f"sort {plan.family}", predicted, measured))
+                print(line(label, predicted, measured), flush=True)
             chosen, best, point_regret = regret_of(grid)
             pool = [pr for pr, _ in predictions]
             picked = robust(min(pool, key=lambda pr: pr.seconds), pool)  # what the selector picks (ranges)
@@ -164,22 +165,21 @@ def tpch_queries(store: str, config: Config, entry: Entry, tables: dict[str, str
         warm.collect()  # warm-up, not counted: the learned profile learns from it
         assert warm.last_run is not None
         entry = learn(entry, observations_from_report(warm.last_run.report, config.concurrency, f"Q{number} warm-up"))
-        runs: dict[tuple[str, int], list[list[Observation]]] = {}
-        loads: dict[tuple[str, int], float] = {}
-        for family, changes in families:
-            for p in workers:
-                if family == "2-level" and p < 4:
-                    continue
-                observed, load = [], []
-                for _ in range(repeat):
-                    frame = croupier.sql(text, tables, config=config.with_(workers=p, **changes))
-                    frame.collect()
-                    load.append(os.getloadavg()[0])
-                    assert frame.last_run is not None
-                    # stages run in one executor call ("shared") report the call's wall each: one
-                    # observation together, as the fit sees them (model.fit.observations_from_report)
-                    observed.append([o for o in observations_from_report(frame.last_run.report, config.concurrency) if o.wall > 0])
-                runs[(family, p)], loads[(family, p)] = observed, float(np.median(load))
+        grid = [(family, p) for family, _ in families for p in workers if not (family == "2-level" and p < 4)]
+        changes = dict(families)
+
+        def run(point: tuple[str, int]) -> tuple[list[Observation], float]:
+            family, p = point
+            frame = croupier.sql(text, tables, config=config.with_(workers=p, **changes[family]))
+            frame.collect()
+            assert frame.last_run is not None
+            # stages run in one executor call ("shared") report the call's wall each: one
+            # observation together, as the fit sees them (model.fit.observations_from_report)
+            return [o for o in observations_from_report(frame.last_run.report, config.concurrency) if o.wall > 0], os.getloadavg()[0]
+
+        done = interleaved(grid, run, repeat)  # rounds over the grid: a slow minute hits one run of each point
+        runs = {point: [observed for observed, _ in done[point]] for point in grid}
+        loads = {point: float(np.median([load for _, load in done[point]])) for point in grid}
         for prefix, profile in (("", fresh), ("learned ", entry.profile)):
             pts, regret = _query_points(store, number, runs, loads, profile, config.concurrency, prefix)
             points += pts
@@ -212,13 +212,13 @@ def _query_points(store: str, number: int, runs: dict[tuple[str, int], list[list
     return points, regret
 
 
-def run_store(store: str, base: str, config: Config, args: argparse.Namespace, folder: Path, tables: dict[str, str] | None) -> tuple[list[Point], list[tuple[str, float]]]:
+def run_store(store: str, base: str, config: Config, args: argparse.Namespace, folder: Path, tables: dict[str, str] | None, tidy: Callable[[], object] = lambda: None) -> tuple[list[Point], list[tuple[str, float]]]:
     print(f"\n=== {store}: load {os.getloadavg()[0]:.1f} at the start ===", flush=True)
     config, entry = fresh_profile(store, base, config, folder)
     points: list[Point] = []
     regrets: list[tuple[str, float]] = []
     if not args.no_sort:
-        points, regrets = sort_grid(store, base, config, args.size_list, args.worker_list, args.max_levels, args.repeat)
+        points, regrets = sort_grid(store, base, config, args.size_list, args.worker_list, args.max_levels, args.repeat, tidy)
     if tables is not None:
         pts, reg = tpch_queries(store, config.with_(tmp_url=f"{base}/tmp"), entry, tables, args.query_list, args.tpch_workers, args.repeat, FAMILIES + ((BROADCAST,) if args.broadcast else ()))
         points += pts
@@ -338,7 +338,7 @@ def main() -> None:
                 s3_tables = None
                 if tables is not None:
                     s3_tables = copy_tables(tables, "s3://bench/tpch", s3) if not args.quick else tables
-                pts, reg = run_store("seaweedfs", "s3://bench/model", s3, args, Path(profiles), s3_tables)
+                pts, reg = run_store("seaweedfs", "s3://bench/model", s3, args, Path(profiles), s3_tables, server.vacuum)
                 points += pts
                 regrets += reg
     summary(points, regrets)

@@ -70,6 +70,7 @@ class SeaweedFS:
             ports = [_free_port_pair() for _ in range(4)]
         master, volume, filer, s3 = ports
         self.endpoint = f"http://127.0.0.1:{s3}"
+        self.master = f"http://127.0.0.1:{master}"
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self._log = open(self.workdir / "weed.log", "wb")
         self.process = subprocess.Popen(
@@ -91,11 +92,24 @@ class SeaweedFS:
                 urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT"), timeout=5)
                 urllib.request.urlopen(f"{self.endpoint}/{bucket}?list-type=2", timeout=5)
                 return
+            except urllib.error.HTTPError as e:
+                body = e.read().decode(errors="replace")
+                if "InvalidBucketName" in body:  # the server is up and refuses the name: waiting cannot help
+                    self.stop()
+                    raise ValueError(f"SeaweedFS refuses the bucket name {bucket!r} (S3 bucket names have 3 to 63 characters: a-z, 0-9, '.', '-')") from e
+                time.sleep(0.3)
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.3)
         tail = (self.workdir / "weed.log").read_text(errors="replace")[-3000:]
         self.stop()
         raise RuntimeError(f"SeaweedFS did not become ready within {timeout}s; log tail:\n{tail}")
+
+    def vacuum(self, timeout: float = 120) -> None:
+        """Reclaim the space of deleted objects now: SeaweedFS frees it only when a volume is
+        compacted, by default when 30% of it is garbage and at most every 15 minutes, so a long
+        benchmark that overwrites hundreds of MB per run fills every volume the disk allows and
+        then fails its writes with "500 InternalError". Call it between rounds of such runs."""
+        urllib.request.urlopen(f"{self.master}/vol/vacuum?garbageThreshold=0.01", timeout=timeout).read()
 
     def stop(self) -> None:
         """Stop the server (it is throwaway: a short grace period, then kill)."""

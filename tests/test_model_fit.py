@@ -37,8 +37,9 @@ def truth() -> StorageProfile:
 
 
 def wrong(profile: StorageProfile) -> StorageProfile:
-    """The same store with every fitted coefficient wrong (the curves stay: the grid measures them)."""
-    return replace(profile, compute={}, call_seconds={}, read_scale=1.0, write_scale=1.0, startup_seconds=0.3, wave_seconds=0.1, first_touch_seconds_per_byte=0.0)
+    """The same store with every fitted coefficient wrong (the curves stay: the grid measures them;
+    so does first touch, which the base profile states and the fit never estimates)."""
+    return replace(profile, compute={}, call_seconds={}, read_scale=1.0, write_scale=1.0, startup_seconds=0.3, wave_seconds=0.1)
 
 
 #: Stage shapes: phase kinds with their share of D, and how the stage reads.
@@ -84,7 +85,7 @@ def _timed(facts: StageFacts, t: StorageProfile, error: float) -> Observation:
 
 
 def coefficients(p: StorageProfile) -> dict[str, float]:
-    out = {"t0": p.startup_seconds, "t1": p.wave_seconds, "first_touch": p.first_touch_seconds_per_byte, "read_scale": p.read_scale, "write_scale": p.write_scale}
+    out = {"t0": p.startup_seconds, "t1": p.wave_seconds, "read_scale": p.read_scale, "write_scale": p.write_scale}
     return out | {f"compute:{k}": p.compute[k] for k in truth().compute} | {f"call:{k}": p.call_seconds[k] for k in truth().call_seconds}
 
 
@@ -117,6 +118,20 @@ def test_fit_reports_uncertainty_that_grows_with_noise() -> None:
     assert 0 < noisy.profile.uncertainty["t0"] < 10
 
 
+def test_first_touch_is_the_base_profiles_never_fitted() -> None:
+    """Warm functions never pay first touch, so the fit does not estimate it from stage times (it
+    found noise there): a base without it stays without it, and one that states it keeps it and
+    has it taken out of what t0 and t1 explain, so they are still recovered."""
+    observations = synthetic(truth())
+    stated = fit(observations, wrong(truth()), bootstrap=5)
+    assert stated.profile.first_touch_seconds_per_byte == truth().first_touch_seconds_per_byte
+    assert stated.profile.startup_seconds == pytest.approx(truth().startup_seconds, rel=1e-6)
+    assert stated.profile.wave_seconds == pytest.approx(truth().wave_seconds, rel=1e-6)
+    assert "first_touch" not in stated.estimates and "first_touch" not in stated.describe()
+    none = fit(observations, replace(wrong(truth()), first_touch_seconds_per_byte=0.0), bootstrap=5)
+    assert none.profile.first_touch_seconds_per_byte == 0.0
+
+
 def test_a_term_the_data_cannot_tell_keeps_the_base_value() -> None:
     """All stages with one task per function (one wave): t1 is not identifiable and is kept."""
     observations = [o for o in synthetic(truth()) if o.facts.tasks <= CONCURRENCY]
@@ -132,7 +147,7 @@ def test_a_term_fitted_to_zero_is_reported_as_not_identified_not_as_a_certain_ze
     assert "uncertainty not measured" in format_estimate(2e-3, 1e-18, 1e3, "ms")
     assert format_estimate(2e-3, 5e-4, 1e3, "ms").strip() == "2 +- 0.5 ms"
     assert "within 2 standard errors of 0" in format_estimate(2e-3, 2e-3, 1e3, "ms")
-    assert "not identified (0)" in describe(replace(truth(), first_touch_seconds_per_byte=0.0))
+    assert "not identified (0)" in describe(replace(truth(), wave_seconds=0.0))
 
 
 def test_exchange_reads_pay_their_fixed_cost_per_object_fetched() -> None:
@@ -187,7 +202,7 @@ def _prediction(seconds: float, spread: float, levels: int = 1) -> Prediction:
 
 
 def test_ranges_come_from_coefficient_errors_and_residual() -> None:
-    exact = replace(truth(), uncertainty={k: 0.0 for k in coefficients(truth())}, residual=0.0)
+    exact = replace(truth(), uncertainty={k: 0.0 for k in coefficients(truth())} | {"first_touch": 0.0}, residual=0.0)
     facts = StageFacts("s", 8, {"sort": 1e8, "read:parquet": 1e8}, 8, 1e8, 8, 1e8)
     assert predict_stage(facts, exact, 2).interval() == pytest.approx((predict_stage(facts, exact, 2).seconds,) * 2)
     sure = predict_stage(facts, replace(exact, residual=0.05), 2)
@@ -335,3 +350,4 @@ def test_a_compressed_exchange_is_priced_at_the_bytes_it_stores() -> None:
     assert squeezed.seconds < plain.seconds
     compute = [next(t for t in s.terms if t.name == "compute").seconds for s in (squeezed.stages + plain.stages)]
     assert compute[:2] == pytest.approx(compute[2:]), "the phases process all the data either way"
+

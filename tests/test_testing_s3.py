@@ -9,6 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from croupier.config import Config, S3Options, Secret
+from croupier.storage import open_store
+from croupier.testing import SeaweedFS
+
 from .conftest import sigint_default
 
 
@@ -41,3 +47,32 @@ def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
             server.kill()
             raise
     assert server.returncode == 0
+
+
+def _volume_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*.dat"))
+
+
+def test_vacuum_reclaims_deleted_objects_and_a_bad_bucket_name_fails_fast(tmp_path: Path) -> None:
+    """Benchmarks that overwrite hundreds of MB per run call ``vacuum`` between rounds (SeaweedFS
+    otherwise keeps deleted data until 30% of a volume is garbage, and fills the disk's volumes);
+    and a bucket name S3 refuses is an error at once, not a minute of waiting for readiness."""
+    server = SeaweedFS(tmp_path / "s3")
+    try:
+        server.wait_ready("croupier-vacuum")
+        config = Config(s3=S3Options(endpoint=server.endpoint, access_key_id=Secret("t"), secret_access_key=Secret("t"), allow_http=True))
+        store = open_store("s3://croupier-vacuum/v", config)
+        store.put("blob", os.urandom(8 << 20))
+        store.delete_prefix()
+        assert _volume_bytes(tmp_path / "s3") >= 8 << 20  # deleted, not yet reclaimed
+        deadline = time.time() + 30  # the filer deletes a removed object's chunks a moment later
+        while _volume_bytes(tmp_path / "s3") >= 1 << 20 and time.time() < deadline:
+            time.sleep(0.5)
+            server.vacuum()
+        assert _volume_bytes(tmp_path / "s3") < 1 << 20
+        started = time.time()
+        with pytest.raises(ValueError, match="refuses the bucket name 'b'"):
+            server.wait_ready("b", timeout=30)
+        assert time.time() - started < 10
+    finally:
+        server.stop()

@@ -8,17 +8,22 @@ one is told apart by what measures it directly (issue 15: identifiable terms)::
 
     1. compute per phase kind:       phase wall - request time  =  c_k * bytes + d_k * calls  (per kind)
     2. read and write multipliers:   request time of the phases =  scale * C * grid term  (per direction)
-    3. start-up, waves, first touch: stage wall - pack * (compute + storage)
-                                                                =  t0 + t1 * waves + f * bytes per task
+    3. start-up and waves:           stage wall - pack * (compute + storage)  =  t0 + t1 * waves
 
 Step 1 and 2 read time *inside* the tasks, so no stage-level overhead leaks into them; step 3
-explains what is left of each stage's wall time by the three terms, which differ in how they grow
-(not at all; with waves; with the bytes of one task), so a calibration that varies waves at one
-task size and task size at one wave count separates them. Every estimate is robust (Huber
-weights on the residuals, so a run disturbed by a noisy neighbour counts little) and carries a
-bootstrap standard error (resampling stages). A coefficient the data cannot tell (no variation
-in its regressor, or no bytes of a kind) keeps the base profile's value and its uncertainty, and
-the fit report says so.
+explains what is left of each stage's wall time by the two terms, which differ in how they grow
+(not at all; with waves). The first-touch term (fresh memory a function's *first* task pulls in)
+is not fitted: observations come from warm functions (the calibration drops its warm-up pass for
+that reason, and a run's learning sees functions that already ran), which never pay it, so what a
+regression on the bytes of one task found instead was the noise of large one-wave stages — five
+calibrations on one machine gave 0 to 2.3 ns/B, and predictions with it were up to 50% too slow
+for warm runs at small P (``bench/sim_validation.py``). A profile's first-touch cost is its
+base's: 0 from the request grid, or what a platform's published cold starts state.
+
+Every estimate is robust (Huber weights on the residuals, so a run disturbed by a noisy neighbour
+counts little) and carries a bootstrap standard error (resampling stages). A coefficient the data
+cannot tell (no variation in its regressor, or no bytes of a kind) keeps the base profile's value
+and its uncertainty, and the fit report says so.
 """
 
 from __future__ import annotations
@@ -279,10 +284,9 @@ class Coefficients:
     write_scale: float
     t0: float
     t1: float
-    first_touch: float
 
     def as_dict(self) -> dict[str, float]:
-        out = {"t0": self.t0, "t1": self.t1, "first_touch": self.first_touch, "read_scale": self.read_scale, "write_scale": self.write_scale}
+        out = {"t0": self.t0, "t1": self.t1, "read_scale": self.read_scale, "write_scale": self.write_scale}
         return out | {f"compute:{k}": v for k, v in self.compute.items()} | {f"call:{k}": v for k, v in self.calls.items()}
 
 
@@ -309,9 +313,10 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     d_vec = np.array([_known(calls[k], base.call_cost(k)) for k in d.kinds])
     rs, ws = _known(read_scale, base.read_scale), _known(write_scale, base.write_scale)
     busy = d.bytes[rows] @ c_vec + d.calls[rows] @ d_vec + rs * d.read_unit[rows] + ws * d.write_unit[rows]
-    left = d.wall[rows] - d.pack[rows] * busy / d.c[rows]
-    t0, t1, f = _fit_overheads(left, d.waves[rows], d.task_bytes[rows], d.wall[rows], base)
-    return Coefficients(compute, calls, read_scale, write_scale, t0, t1, f)
+    touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
+    left = d.wall[rows] - d.pack[rows] * busy / d.c[rows] - touch
+    t0, t1 = _fit_overheads(left, d.waves[rows], d.wall[rows], base)
+    return Coefficients(compute, calls, read_scale, write_scale, t0, t1)
 
 
 def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[float, float]:
@@ -366,16 +371,16 @@ def _fit_scales(d: Design, rows: np.ndarray) -> tuple[float, float]:
     return read, write
 
 
-def _fit_overheads(left: np.ndarray, waves: np.ndarray, task_bytes: np.ndarray, wall: np.ndarray, base: StorageProfile) -> tuple[float, float, float]:
-    """t0, t1, f from what the phases leave of each stage's wall time: relative least squares
-    (every stage counts by its % error), non-negative, Huber-reweighted. A regressor that does not
-    vary keeps the base profile's coefficient (NaN marks it as not identified)."""
-    columns = [np.ones_like(waves), waves, task_bytes]
-    fixed = [base.startup_seconds, base.wave_seconds, base.first_touch_seconds_per_byte]
-    free = [0] + [j for j in (1, 2) if np.ptp(columns[j]) > 0 and len(set(columns[j].tolist())) >= 2]
+def _fit_overheads(left: np.ndarray, waves: np.ndarray, wall: np.ndarray, base: StorageProfile) -> tuple[float, float]:
+    """t0, t1 from what the phases leave of each stage's wall time: relative least squares
+    (every stage counts by its % error), non-negative, Huber-reweighted. When the waves do not
+    vary, t1 keeps the base profile's value (NaN marks it as not identified)."""
+    columns = [np.ones_like(waves), waves]
+    fixed = [base.startup_seconds, base.wave_seconds]
+    free = [0] + ([1] if np.ptp(waves) > 0 else [])
     if len(wall) < len(free) + 2:
-        return (math.nan, math.nan, math.nan)
-    target = left - sum(columns[j] * fixed[j] for j in range(3) if j not in free)
+        return (math.nan, math.nan)
+    target = left - sum(columns[j] * fixed[j] for j in range(2) if j not in free)
     scale = 1.0 / np.maximum(wall, 1e-3)
     a = np.stack([columns[j] for j in free], axis=1) * scale[:, None]
     b = target * scale
@@ -384,10 +389,10 @@ def _fit_overheads(left: np.ndarray, waves: np.ndarray, task_bytes: np.ndarray, 
     for _ in range(6):
         sol = nnls(a * weights[:, None] / colscale, b * weights) / colscale
         weights = np.sqrt(huber_weights(a @ sol - b))
-    out = [math.nan, math.nan, math.nan]
+    out = [math.nan, math.nan]
     for j, v in zip(free, sol):
         out[j] = float(v)
-    return out[0], out[1], out[2]
+    return out[0], out[1]
 
 
 @dataclass(frozen=True)
@@ -402,7 +407,7 @@ class FitResult:
 
     def describe(self) -> str:
         """Every coefficient with its standard error, and the fit's error."""
-        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "first_touch": ("ms/GB", 1e12), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
+        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
         units |= {k: ("ms per call", 1e3) for k in self.estimates if k.startswith("call:")}
         lines = [f"fit over {self.observations} stages: mean abs error {self.mape:.1f}%, residual spread {100 * self.profile.residual:.1f}% (1 sd)"]
         for name, value in sorted(self.estimates.items(), key=lambda kv: (kv[0].startswith("compute:"), kv[0])):
@@ -429,8 +434,9 @@ def format_estimate(value: float, error: float, factor: float, unit: str) -> str
 
 
 def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: int = BOOTSTRAP, seed: int = 0) -> FitResult:
-    """Fit the profile's compute, storage-multiplier, start-up, wave and first-touch coefficients
-    to ``observations``; curves and bandwidths stay the base profile's (they come from the grid)."""
+    """Fit the profile's compute, storage-multiplier, start-up and wave coefficients to
+    ``observations``; curves, bandwidths and first touch stay the base profile's (the grid measures
+    the first two; warm functions never pay the third, see the module docstring)."""
     if not observations:
         return FitResult(base, {}, {}, math.nan, 0)
     d = design(observations, base)
@@ -491,6 +497,5 @@ def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) ->
         write_scale=_known(c.write_scale, base.write_scale),
         startup_seconds=_known(c.t0, base.startup_seconds),
         wave_seconds=_known(c.t1, base.wave_seconds),
-        first_touch_seconds_per_byte=_known(c.first_touch, base.first_touch_seconds_per_byte),
         uncertainty=uncertainty,
     )

@@ -7,7 +7,8 @@ objects of s bytes with P requests in flight at once, fitted from measurements a
 
 with a(s) and qmax(s) measured at a few sizes and interpolated log-log in between; plus per-worker
 bandwidths b_r, b_w (bytes/s); compute seconds per byte on one core per phase kind (``compute``);
-stage start-up t0 + t1 * waves; a first-touch term (fresh memory a task pulls in); multipliers of
+stage start-up t0 + t1 * waves; a first-touch term (fresh memory a cold function's first task
+pulls in: stated by a platform's profile, never fitted, as warm functions do not pay it); multipliers of
 the read and write terms (what the grid of isolated requests misses about real stages); the
 concurrency the platform allows; and prices (Eq. 4). Every fitted coefficient carries its relative
 standard error (``uncertainty``, from a bootstrap), and ``residual`` is the relative spread of stage
@@ -98,7 +99,7 @@ class StorageProfile:
     stored: dict[str, float] = field(default_factory=dict)
     read_scale: float = 1.0  # fitted: multiplier of the read terms (real stages against the request grid)
     write_scale: float = 1.0  # fitted: multiplier of the write terms
-    first_touch_seconds_per_byte: float = 0.0  # fitted: fresh memory a function's first task touches, per byte of that task
+    first_touch_seconds_per_byte: float = 0.0  # stated, not fitted: fresh memory a cold function's first task touches, per byte of that task
     concurrency: int = 1000  # functions the platform runs at once
     function_memory: int = 2 << 30
     prices: Prices = field(default_factory=Prices)
