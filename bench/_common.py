@@ -1,4 +1,5 @@
-"""Helpers the benchmark scripts share: the data folder, timing, SeaweedFS configs."""
+"""Helpers the benchmark scripts share: the data folder, timing, rounds over a grid, a fresh
+fixed profile, SeaweedFS configs."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import time
 from pathlib import Path
 from typing import Callable, Hashable, Sequence, TypeVar
 
+from croupier.config import Config, S3Options, Secret
+from croupier.jobs.calibrate import calibrate, describe
+from croupier.model.cache import Entry
+from croupier.testing import SeaweedFS
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-from croupier.config import Config, S3Options, Secret
-from croupier.testing import SeaweedFS
 
 
 def default_dir(size: int, name: str) -> Path:
@@ -44,6 +47,19 @@ def interleaved(points: Sequence[K], measure: Callable[[K], V], rounds: int, bet
             measured[point].append(measure(point))
         between()
     return measured
+
+
+def fresh_profile(store: str, base: str, config: Config, folder: Path) -> tuple[Config, Entry]:
+    """Self-calibrate ``store`` now (the quick workload); return ``config`` fixed to that profile
+    (saved under ``folder``; runs then neither recalibrate nor refine it in the background while
+    they are measured), and the profile with the calibration's stages, to learn from runs as a
+    store's cached profile does (:func:`croupier.model.cache.learn`)."""
+    outcome = calibrate(f"{base}/calibrate", config, quick=True, name=store)
+    print(describe(outcome.profile), flush=True)
+    print(f"  ({store}: calibrated in {outcome.seconds:.1f} s)", flush=True)
+    path = folder / f"{store}.json"
+    outcome.profile.save(path)
+    return config.with_(profile=str(path), calibration="off"), Entry(outcome.profile, list(outcome.observations))
 
 
 def s3_config(config: Config, server: SeaweedFS) -> Config:

@@ -51,7 +51,6 @@ from croupier.config import Config
 from croupier.examples.tpc import ALL_TABLES, generate, reference_sql
 from croupier.exchange.plan import all_plans
 from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
-from croupier.jobs.calibrate import calibrate, describe
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.model.cache import Entry, learn
@@ -65,22 +64,10 @@ from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, interleaved, s3_config  # noqa: E402
+from _common import default_dir, fresh_profile, interleaved, s3_config  # noqa: E402
 
 #: (label, store, family, predicted s, measured s) of one run.
 Point = tuple[str, str, str, float, float]
-
-
-def fresh_profile(store: str, base: str, config: Config, folder: Path) -> tuple[Config, Entry]:
-    """Self-calibrate ``store`` now (the quick workload); return ``config`` fixed to that profile,
-    and the profile with the calibration's stages, to learn from runs as a store's cached profile
-    does (:func:`croupier.model.cache.learn`)."""
-    outcome = calibrate(f"{base}/calibrate", config, quick=True, name=store)
-    print(describe(outcome.profile), flush=True)
-    print(f"  ({store}: calibrated in {outcome.seconds:.1f} s)", flush=True)
-    path = folder / f"{store}.json"
-    outcome.profile.save(path)
-    return config.with_(profile=str(path), calibration="off"), Entry(outcome.profile, list(outcome.observations))
 
 
 def regret_of(grid: list[tuple[Any, float, float]]) -> tuple[Any, Any, float]:

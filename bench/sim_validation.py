@@ -1,7 +1,8 @@
 """The simulator against measured exchange time on this machine: the local folder and SeaweedFS.
 
-For each store: calibrate it (``--quick``; or ``--shipped`` to use the shipped ``local`` /
-``seaweedfs-loopback`` profiles), derive its platform from the profile alone
+For each store: calibrate it (the quick workload, as a first run does; or ``--shipped`` to use
+the shipped ``local`` / ``seaweedfs-loopback`` profiles), fix the runs to that profile (they
+neither recalibrate nor refine it in the background while measured), derive its platform from the profile alone
 (:func:`croupier.sim.platform.platform_of_profile`: no burst, the profile's bandwidths, request
 ceilings as one partition's rates, latencies from the per-worker curve, no stragglers), then over a
 grid of sizes x P x every plan of P (up to ``--max-levels``; by default the grid of
@@ -40,7 +41,6 @@ from croupier.compute import LocalExecutor
 from croupier.config import Config
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
-from croupier.jobs.calibrate import calibrate
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.model.cache import Entry, learn
@@ -54,18 +54,17 @@ from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, interleaved, s3_config  # noqa: E402
+from _common import default_dir, fresh_profile, interleaved, s3_config  # noqa: E402
 
 
 Point = tuple[str, float, float, float, float, float]  # label, simulated, measured, model; simulated and model after learning
 
 
-def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int, shipped: str | None, saved: dict, tidy: Callable[[], object] = lambda: None) -> list[Point]:
+def run_store(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int, repeat: int, shipped: str | None, saved: dict, folder: Path, tidy: Callable[[], object] = lambda: None) -> list[Point]:
     if shipped:
-        entry = Entry(StorageProfile.load(shipped))
+        config, entry = config.with_(profile=shipped, calibration="off"), Entry(StorageProfile.load(shipped))
     else:
-        outcome = calibrate(f"{base}/calibrate", config, quick=True, name=store)
-        entry = Entry(outcome.profile, list(outcome.observations))
+        config, entry = fresh_profile(store, base, config, folder)  # runs use it as is: no self-calibration, no background refits
     fresh = entry.profile
     points = []
     with LocalExecutor(config) as executor:
@@ -120,15 +119,17 @@ def main() -> None:
     points: list[Point] = []
     saved: dict = {}
     root = default_dir(max(sizes), "croupier-bench-sim")
-    if not args.skip_local:
-        try:
-            points += run_store("local", root.as_uri(), config, sizes, workers, args.max_levels, args.repeat, "local" if args.shipped else None, saved)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    if not args.skip_s3:
-        with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
-            server.wait_ready("bench")
-            points += run_store("seaweedfs", "s3://bench/sim", s3_config(config, server), sizes, workers, args.max_levels, args.repeat, "seaweedfs-loopback" if args.shipped else None, saved, server.vacuum)
+    with tempfile.TemporaryDirectory(prefix="croupier-profiles-") as profiles:
+        if not args.skip_local:
+            try:
+                points += run_store("local", root.as_uri(), config, sizes, workers, args.max_levels, args.repeat, "local" if args.shipped else None, saved, Path(profiles))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        if not args.skip_s3:
+            with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
+                server.wait_ready("bench")
+                s3 = s3_config(config, server)
+                points += run_store("seaweedfs", "s3://bench/sim", s3, sizes, workers, args.max_levels, args.repeat, "seaweedfs-loopback" if args.shipped else None, saved, Path(profiles), server.vacuum)
     if args.save:
         Path(args.save).write_text(json.dumps(saved, indent=1))
     for store in ("local", "seaweedfs", ""):
