@@ -32,14 +32,14 @@ def truth() -> StorageProfile:
         compute={"read:parquet": 2e-9, "hash_aggregate": 1.5e-9, "write:exchange-frames-arrow-hash": 1e-9,
                  "read:exchange-frames-arrow": 0.5e-9, "sort": 6e-9, "regroup": 0.4e-9, "write:output-parquet": 3e-9},
         call_seconds={"read:parquet": 2e-3, "write:output-parquet": 3e-3, "hash_aggregate": 0.5e-3, "regroup": 1e-3},
-        read_scale=0.6, write_scale=1.3, first_touch_seconds_per_byte=2e-10, concurrency=CONCURRENCY, max_streams=8,
+        read_scale=0.6, write_scale=1.3, first_touch_seconds_per_byte=2e-10, imbalance=0.07, concurrency=CONCURRENCY, max_streams=8,
     )  # fmt: skip
 
 
 def wrong(profile: StorageProfile) -> StorageProfile:
     """The same store with every fitted coefficient wrong (the curves stay: the grid measures them;
     so does first touch, which the base profile states and the fit never estimates)."""
-    return replace(profile, compute={}, call_seconds={}, read_scale=1.0, write_scale=1.0, startup_seconds=0.3, wave_seconds=0.1)
+    return replace(profile, compute={}, call_seconds={}, read_scale=1.0, write_scale=1.0, startup_seconds=0.3, wave_seconds=0.1, imbalance=0.5)
 
 
 #: Stage shapes: phase kinds with their share of D, and how the stage reads.
@@ -85,7 +85,7 @@ def _timed(facts: StageFacts, t: StorageProfile, error: float) -> Observation:
 
 
 def coefficients(p: StorageProfile) -> dict[str, float]:
-    out = {"t0": p.startup_seconds, "t1": p.wave_seconds, "read_scale": p.read_scale, "write_scale": p.write_scale}
+    out = {"t0": p.startup_seconds, "t1": p.wave_seconds, "imbalance": p.imbalance, "read_scale": p.read_scale, "write_scale": p.write_scale}
     return out | {f"compute:{k}": p.compute[k] for k in truth().compute} | {f"call:{k}": p.call_seconds[k] for k in truth().call_seconds}
 
 
@@ -110,11 +110,11 @@ def test_fit_discounts_outliers_from_noisy_runs() -> None:
     assert_recovered(result.profile, 0.05)
 
 
-def test_start_up_and_waves_come_from_what_the_measured_phases_leave() -> None:
+def test_start_up_waves_and_imbalance_come_from_what_the_measured_phases_leave() -> None:
     """Phases scatter +-15% around the compute model from stage to stage (as real operators do)
-    while start-up and waves stay exact: t0 and t1 are still recovered exactly, because step 3
-    explains the wall time the phases measurably leave, not what the fitted compute terms leave
-    (on a 1 s stage a 5% miss there is 50 ms, which drowned a 20 ms start-up)."""
+    while start-up, waves and imbalance stay exact: t0, t1 and g are still recovered exactly,
+    because step 3 explains the wall time the phases measurably leave, not what the fitted compute
+    terms leave (on a 1 s stage a 5% miss there is 50 ms, which drowned a 20 ms start-up)."""
     rng = np.random.default_rng(7)
     observations = []
     for o in synthetic(truth()):
@@ -123,10 +123,11 @@ def test_start_up_and_waves_come_from_what_the_measured_phases_leave() -> None:
         factor = 1 + rng.uniform(-0.15, 0.15)
         phases = {k: (b, io + (wall - io) * factor, io, calls) for k, (b, wall, io, calls) in o.phases.items()}
         extra = sum(v[1] for v in phases.values()) - sum(v[1] for v in o.phases.values())
-        observations.append(replace(o, phases=phases, wall=o.wall + pack * extra / c))
+        observations.append(replace(o, phases=phases, wall=o.wall + (1 + truth().imbalance) * pack * extra / c))
     result = fit(observations, wrong(truth()), bootstrap=5)
     assert result.profile.startup_seconds == pytest.approx(truth().startup_seconds, rel=1e-6)
     assert result.profile.wave_seconds == pytest.approx(truth().wave_seconds, rel=1e-6)
+    assert result.profile.imbalance == pytest.approx(truth().imbalance, rel=1e-6)
 
 
 def test_fit_reports_uncertainty_that_grows_with_noise() -> None:
@@ -287,7 +288,7 @@ def _signed(observations: list[Observation], signature: str, factor: float) -> l
         facts = replace(o.facts, phases={k: v[0] for k, v in phases.items()}, calls={k: v[3] for k, v in phases.items()})
         c = min(o.facts.tasks, CONCURRENCY)
         pack = math.ceil(o.facts.tasks / c) * c / o.facts.tasks
-        out.append(replace(o, facts=facts, phases=phases, wall=o.wall + pack * extra / c))
+        out.append(replace(o, facts=facts, phases=phases, wall=o.wall + (1 + truth().imbalance) * pack * extra / c))  # work and its imbalance
     return out
 
 

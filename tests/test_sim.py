@@ -231,6 +231,16 @@ def test_start_up_is_t0_plus_t1_per_wave_and_first_touch_once_per_function() -> 
     assert [t.parts["compute"] for t in result.tasks] == pytest.approx([1.25, 1.0, 1.0])
 
 
+def test_unequal_tasks_end_a_stage_imbalance_times_its_slots_work_later() -> None:
+    # the model's imbalance term g * (compute + storage): simulated tasks are equal, real ones not
+    profile = calibrated_profile(startup_seconds=0.5, wave_seconds=0.1, concurrency=2, imbalance=0.1)
+    platform = platform_of_profile(profile)
+    task = TaskIO((), "store", 1, 1.0, (), "store")
+    result = Simulation(platform, settings=SimSettings(speculation=False), profile=profile).run([StageSpec("s", (task,) * 4)])
+    # two functions, 2 waves: t0 + 2 t1, 2 s of compute per function, then 10% of it
+    assert result.seconds == pytest.approx(0.5 + 2 * 0.1 + 2.0 + 0.1 * 2.0)
+
+
 def test_sort_stages_compute_is_the_models() -> None:
     # per-call cost of exchange reads is paid per fetched object, as the model's phase_calls does
     profile = calibrated_profile(compute={"": 1e-9}, call_seconds={"read:exchange": 0.01}, first_touch_seconds_per_byte=1e-9)
@@ -272,11 +282,11 @@ def seaweedfs_calibrated() -> StorageProfile:
 def test_simulated_sort_on_a_derived_platform_agrees_with_the_model(workers: int) -> None:
     # both from one profile, on the same terms: they agree (the simulator used to take twice the
     # model's time: reads at the write bandwidth, 8 writes in flight sharing one network bucket)
-    profile = seaweedfs_calibrated()
-    platform = platform_of_profile(profile)
-    for plan in all_plans(workers, 2):
-        simulated = simulate_sort(plan, 100_000_000, platform, profile, settings=SimSettings(speculation=False)).seconds
-        assert simulated == pytest.approx(predict(plan, 100_000_000, profile).seconds, rel=0.15), plan.name
+    for profile in (seaweedfs_calibrated(), replace(seaweedfs_calibrated(), imbalance=0.08)):
+        platform = platform_of_profile(profile)
+        for plan in all_plans(workers, 2):
+            simulated = simulate_sort(plan, 100_000_000, platform, profile, settings=SimSettings(speculation=False)).seconds
+            assert simulated == pytest.approx(predict(plan, 100_000_000, profile).seconds, rel=0.15), (plan.name, profile.imbalance)
 
 
 def test_cloud_platforms_keep_their_network_and_writer_threads() -> None:

@@ -8,11 +8,12 @@ one is told apart by what measures it directly (issue 15: identifiable terms)::
 
     1. compute per phase kind:       phase wall - request time  =  c_k * bytes + d_k * calls  (per kind)
     2. read and write multipliers:   request time of the phases =  scale * C * grid term  (per direction)
-    3. start-up and waves:           stage wall - pack * (measured phase time) / C  =  t0 + t1 * waves
+    3. start-up, waves, imbalance:   stage wall - pack * busy / C  =  t0 + t1 * waves + g * pack * busy / C
+                                     (busy: the measured phase time of all tasks)
 
 Step 1 and 2 read time *inside* the tasks, so no stage-level overhead leaks into them; step 3
-explains what the phases leave of each stage's wall time by the two terms, which differ in how
-they grow (not at all; with waves). What the phases leave is measured (their wall time, not
+explains what the phases leave of each stage's wall time by three terms, which differ in how
+they grow (not at all; with waves; with the work, as the spread of unequal tasks does). What the phases leave is measured (their wall time, not
 steps 1-2's fit of it): a fitted phase time a few per cent off on a one-second stage is tens of
 milliseconds, which a fit of the leftovers read as negative overhead and pulled t0 and t1 to
 zero, so that small stages, whose time is mostly that overhead (a task's round trip to its
@@ -289,9 +290,10 @@ class Coefficients:
     write_scale: float
     t0: float
     t1: float
+    imbalance: float = math.nan
 
     def as_dict(self) -> dict[str, float]:
-        out = {"t0": self.t0, "t1": self.t1, "read_scale": self.read_scale, "write_scale": self.write_scale}
+        out = {"t0": self.t0, "t1": self.t1, "imbalance": self.imbalance, "read_scale": self.read_scale, "write_scale": self.write_scale}
         return out | {f"compute:{k}": v for k, v in self.compute.items()} | {f"call:{k}": v for k, v in self.calls.items()}
 
 
@@ -316,8 +318,8 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     read_scale, write_scale = _fit_scales(d, rows)
     touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
     left = d.wall[rows] - d.pack[rows] * d.busy[rows] / d.c[rows] - touch  # measured, not steps 1-2's fit
-    t0, t1 = _fit_overheads(left, d.waves[rows], d.wall[rows], base)
-    return Coefficients(compute, calls, read_scale, write_scale, t0, t1)
+    t0, t1, g = _fit_overheads(left, d.waves[rows], d.pack[rows] * d.busy[rows] / d.c[rows], d.wall[rows], base)
+    return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
 
 
 def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[float, float]:
@@ -372,16 +374,17 @@ def _fit_scales(d: Design, rows: np.ndarray) -> tuple[float, float]:
     return read, write
 
 
-def _fit_overheads(left: np.ndarray, waves: np.ndarray, wall: np.ndarray, base: StorageProfile) -> tuple[float, float]:
-    """t0, t1 from what the phases leave of each stage's wall time: relative least squares
-    (every stage counts by its % error), non-negative, Huber-reweighted. When the waves do not
-    vary, t1 keeps the base profile's value (NaN marks it as not identified)."""
-    columns = [np.ones_like(waves), waves]
-    fixed = [base.startup_seconds, base.wave_seconds]
-    free = [0] + ([1] if np.ptp(waves) > 0 else [])
+def _fit_overheads(left: np.ndarray, waves: np.ndarray, work: np.ndarray, wall: np.ndarray, base: StorageProfile) -> tuple[float, float, float]:
+    """t0, t1 and g from what the phases leave of each stage's wall time (``work``: the stage's
+    phase time per function, pack * busy / C): relative least squares (every stage counts by its
+    % error), non-negative, Huber-reweighted. A term whose regressor does not vary keeps the base
+    profile's value (NaN marks it as not identified)."""
+    columns = [np.ones_like(waves), waves, work]
+    fixed = [base.startup_seconds, base.wave_seconds, base.imbalance]
+    free = [0] + [j for j in (1, 2) if np.ptp(columns[j]) > 0]
     if len(wall) < len(free) + 2:
-        return (math.nan, math.nan)
-    target = left - sum(columns[j] * fixed[j] for j in range(2) if j not in free)
+        return (math.nan, math.nan, math.nan)
+    target = left - sum(columns[j] * fixed[j] for j in range(3) if j not in free)
     scale = 1.0 / np.maximum(wall, 1e-3)
     a = np.stack([columns[j] for j in free], axis=1) * scale[:, None]
     b = target * scale
@@ -390,10 +393,10 @@ def _fit_overheads(left: np.ndarray, waves: np.ndarray, wall: np.ndarray, base: 
     for _ in range(6):
         sol = nnls(a * weights[:, None] / colscale, b * weights) / colscale
         weights = np.sqrt(huber_weights(a @ sol - b))
-    out = [math.nan, math.nan]
+    out = [math.nan, math.nan, math.nan]
     for j, v in zip(free, sol):
         out[j] = float(v)
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 @dataclass(frozen=True)
@@ -408,7 +411,7 @@ class FitResult:
 
     def describe(self) -> str:
         """Every coefficient with its standard error, and the fit's error."""
-        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
+        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "imbalance": ("% of the tasks' work", 1e2), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
         units |= {k: ("ms per call", 1e3) for k in self.estimates if k.startswith("call:")}
         lines = [f"fit over {self.observations} stages: mean abs error {self.mape:.1f}%, residual spread {100 * self.profile.residual:.1f}% (1 sd)"]
         for name, value in sorted(self.estimates.items(), key=lambda kv: (kv[0].startswith("compute:"), kv[0])):
@@ -435,7 +438,7 @@ def format_estimate(value: float, error: float, factor: float, unit: str) -> str
 
 
 def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: int = BOOTSTRAP, seed: int = 0) -> FitResult:
-    """Fit the profile's compute, storage-multiplier, start-up and wave coefficients to
+    """Fit the profile's compute, storage-multiplier, start-up, wave and imbalance coefficients to
     ``observations``; curves, bandwidths and first touch stay the base profile's (the grid measures
     the first two; warm functions never pay the third, see the module docstring)."""
     if not observations:
@@ -498,5 +501,6 @@ def apply(base: StorageProfile, c: Coefficients, errors: Mapping[str, float]) ->
         write_scale=_known(c.write_scale, base.write_scale),
         startup_seconds=_known(c.t0, base.startup_seconds),
         wave_seconds=_known(c.t1, base.wave_seconds),
+        imbalance=_known(c.imbalance, base.imbalance),
         uncertainty=uncertainty,
     )

@@ -100,11 +100,14 @@ class StorageProfile:
     read_scale: float = 1.0  # fitted: multiplier of the read terms (real stages against the request grid)
     write_scale: float = 1.0  # fitted: multiplier of the write terms
     first_touch_seconds_per_byte: float = 0.0  # stated, not fitted: fresh memory a cold function's first task touches, per byte of that task
+    #: fitted: how much later than evenly packed tasks a stage ends because its tasks are unequal
+    #: (the last one of a wave sets the end), as a fraction of its compute and storage time
+    imbalance: float = 0.0
     concurrency: int = 1000  # functions the platform runs at once
     function_memory: int = 2 << 30
     prices: Prices = field(default_factory=Prices)
     fit: dict[str, float] = field(default_factory=dict)  # goodness of fit (mean abs % errors, observations)
-    #: relative standard error per coefficient: "t0", "t1", "first_touch", "read_scale", "write_scale",
+    #: relative standard error per coefficient: "t0", "t1", "imbalance", "first_touch", "read_scale", "write_scale",
     #: "compute:<kind>"; a coefficient not named has :data:`DEFAULT_UNCERTAINTY`
     uncertainty: dict[str, float] = field(default_factory=dict)
     residual: float = 0.15  # relative spread (one sd) of stage times the terms leave unexplained

@@ -28,7 +28,8 @@ plan gives, against a :class:`~croupier.sim.platform.Platform` and a storage pro
 
 Compute per task is the model's (:func:`croupier.model.stage.kind_seconds` of the stage's facts,
 :func:`croupier.model.perf.stage_facts`, over its tasks), and a function's first task also pays
-the model's first-touch term.
+the model's first-touch term. A stage ends the profile's imbalance (the model's ``g``) times its
+slots' work after its last simulated task: simulated tasks are equal, real ones are not.
 
 Scale: a stage's C = min(tasks, concurrency) function slots are simulated as at most
 ``max_slots`` slots, each standing for ``weight`` identical ones (its requests count ``weight``
@@ -402,6 +403,7 @@ class Simulation:
             raise ConfigError(f"platform {platform.name} takes request times from a storage profile: pass the profile to the simulation")
         self.platform = platform
         self.io = ProfileIO(profile) if platform.io_from_profile and profile is not None else None
+        self.imbalance = profile.imbalance if profile is not None else 0.0
         self.rng = random.Random(seed)
         self.concurrency = concurrency or platform.concurrency
         self.settings = settings
@@ -528,6 +530,8 @@ class Simulation:
         self.sched.run()
         mine_records = self.records[before:]
         end = max(r.end for r in mine_records)
+        # unequal real tasks: the model's imbalance term (simulated tasks of a stage are equal)
+        end += self.imbalance * sum(r.end - r.start for r in mine_records) / sim_slots
         if self.settings.speculation:
             end = self._speculate(mine_records, end)
         return end
