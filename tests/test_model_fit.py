@@ -130,6 +130,16 @@ def test_start_up_waves_and_imbalance_come_from_what_the_measured_phases_leave()
     assert result.profile.imbalance == pytest.approx(truth().imbalance, rel=1e-6)
 
 
+def test_the_imbalance_is_predicted_on_the_work_and_billed_once() -> None:
+    """g = 0.07 of compute and storage; the other functions of the stage are done by then, so only
+    the last one is billed for it."""
+    facts = synthetic(truth())[5].facts
+    prediction = predict_stage(facts, truth(), CONCURRENCY)
+    terms = {t.name.split()[0]: t.seconds for t in prediction.terms}
+    assert terms["imbalance"] == pytest.approx(0.07 * (terms["compute"] + terms["read"] + terms["write"]))
+    assert prediction.function_seconds(2) == pytest.approx(2 * prediction.seconds - terms["imbalance"])
+
+
 def test_fit_reports_uncertainty_that_grows_with_noise() -> None:
     quiet = fit(synthetic(truth(), noise=0.005, seed=1), wrong(truth()), bootstrap=40)
     noisy = fit(synthetic(truth(), noise=0.08, seed=1), wrong(truth()), bootstrap=40)

@@ -231,14 +231,24 @@ def test_start_up_is_t0_plus_t1_per_wave_and_first_touch_once_per_function() -> 
     assert [t.parts["compute"] for t in result.tasks] == pytest.approx([1.25, 1.0, 1.0])
 
 
-def test_unequal_tasks_end_a_stage_imbalance_times_its_slots_work_later() -> None:
-    # the model's imbalance term g * (compute + storage): simulated tasks are equal, real ones not
+@pytest.mark.parametrize("speculation", [False, True])
+def test_unequal_tasks_end_a_stage_imbalance_times_its_slots_work_later(speculation: bool) -> None:
+    # the model's imbalance term g * (compute + storage), first touch aside: simulated tasks are
+    # equal, real ones are not; speculation (no straggler to back up here) keeps it
     profile = calibrated_profile(startup_seconds=0.5, wave_seconds=0.1, concurrency=2, imbalance=0.1)
     platform = platform_of_profile(profile)
+    task = TaskIO((), "store", 1, 1.0, (), "store", first_touch=0.25)
+    result = Simulation(platform, settings=SimSettings(speculation=speculation), profile=profile).run([StageSpec("s", (task,) * 6)])
+    # two functions, 3 waves: t0 + 3 t1, 3 s of compute and 0.25 s of first touch per function,
+    # then 10% of the 3 s
+    assert result.seconds == pytest.approx(0.5 + 3 * 0.1 + 3.0 + 0.25 + 0.1 * 3.0)
+
+
+def test_cloud_platforms_leave_unequal_tasks_to_their_stragglers() -> None:
+    profile = calibrated_profile(imbalance=0.1)
     task = TaskIO((), "store", 1, 1.0, (), "store")
-    result = Simulation(platform, settings=SimSettings(speculation=False), profile=profile).run([StageSpec("s", (task,) * 4)])
-    # two functions, 2 waves: t0 + 2 t1, 2 s of compute per function, then 10% of it
-    assert result.seconds == pytest.approx(0.5 + 2 * 0.1 + 2.0 + 0.1 * 2.0)
+    quiet = Simulation(quiet_platform(), settings=SimSettings(speculation=False), profile=profile).run([StageSpec("s", (task,) * 4)])
+    assert quiet.seconds == pytest.approx(Simulation(quiet_platform(), settings=SimSettings(speculation=False)).run([StageSpec("s", (task,) * 4)]).seconds)
 
 
 def test_sort_stages_compute_is_the_models() -> None:
@@ -282,11 +292,24 @@ def seaweedfs_calibrated() -> StorageProfile:
 def test_simulated_sort_on_a_derived_platform_agrees_with_the_model(workers: int) -> None:
     # both from one profile, on the same terms: they agree (the simulator used to take twice the
     # model's time: reads at the write bandwidth, 8 writes in flight sharing one network bucket)
-    for profile in (seaweedfs_calibrated(), replace(seaweedfs_calibrated(), imbalance=0.08)):
-        platform = platform_of_profile(profile)
-        for plan in all_plans(workers, 2):
-            simulated = simulate_sort(plan, 100_000_000, platform, profile, settings=SimSettings(speculation=False)).seconds
-            assert simulated == pytest.approx(predict(plan, 100_000_000, profile).seconds, rel=0.15), (plan.name, profile.imbalance)
+    profile = seaweedfs_calibrated()
+    platform = platform_of_profile(profile)
+    for plan in all_plans(workers, 2):
+        simulated = simulate_sort(plan, 100_000_000, platform, profile, settings=SimSettings(speculation=False)).seconds
+        assert simulated == pytest.approx(predict(plan, 100_000_000, profile).seconds, rel=0.15), plan.name
+
+
+@pytest.mark.parametrize("workers", [2, 8])
+def test_imbalance_adds_the_same_to_simulation_and_model(workers: int) -> None:
+    # what g = 0.08 adds is g times the work in both (the work itself agrees within 15%): a
+    # simulator ignoring it would add nothing, one counting it twice twice as much
+    plain, unequal = seaweedfs_calibrated(), replace(seaweedfs_calibrated(), imbalance=0.08)
+    for plan in all_plans(workers, 2):
+        added = [
+            simulate_sort(plan, 100_000_000, platform_of_profile(p), p, settings=SimSettings(speculation=False)).seconds for p in (unequal, plain)
+        ]
+        modelled = predict(plan, 100_000_000, unequal).seconds - predict(plan, 100_000_000, plain).seconds
+        assert modelled > 0 and added[0] - added[1] == pytest.approx(modelled, rel=0.15), plan.name
 
 
 def test_cloud_platforms_keep_their_network_and_writer_threads() -> None:

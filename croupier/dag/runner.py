@@ -224,7 +224,7 @@ class DagRunner:
             prediction = predict_stage(facts, profile, self.config.concurrency)
             busy = min(max(1, report.tasks), self.config.concurrency)
             report.predicted = prediction.to_dict() | {
-                "cost": stage_cost(facts, prediction.seconds * busy, profile),
+                "cost": stage_cost(facts, prediction.function_seconds(busy), profile),
                 "measured_cost": stage_cost(facts, report.task_seconds, profile),
                 "profile": profile.label,
                 "concurrency": self.config.concurrency,

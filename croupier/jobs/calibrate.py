@@ -76,7 +76,10 @@ def describe(profile: StorageProfile) -> str:
         f"  stage start-up {pm('t0', profile.startup_seconds, 1e3, 'ms')} + {pm('t1', profile.wave_seconds, 1e3, 'ms')} per wave; "
         + (f"first touch {pm('first_touch', profile.first_touch_seconds_per_byte, 1e12, 'ms/GB')} of one task's data (stated, not fitted)" if profile.first_touch_seconds_per_byte else "no first-touch cost (warm functions)")
     )
-    lines.append(f"  unequal tasks end a stage {pm('imbalance', profile.imbalance, 1e2, '%')} of its work later than evenly packed ones would")
+    if profile.imbalance:
+        lines.append(f"  unequal tasks end a stage {pm('imbalance', profile.imbalance, 1e2, '%')} of its work later than evenly packed ones would")
+    else:
+        lines.append("  no imbalance term (every stage's tasks taken as equal)")
     lines.append(f"  storage terms: read x{pm('read_scale', profile.read_scale, 1, '')}, write x{pm('write_scale', profile.write_scale, 1, '')} of the grid's")
     lines.append("  compute per phase kind on one core: ns per byte, and ms per call (a phase's fixed cost in each task):")
     kinds = set(profile.compute) | set(profile.call_seconds)

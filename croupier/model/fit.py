@@ -13,14 +13,17 @@ one is told apart by what measures it directly (issue 15: identifiable terms)::
 
 Step 1 and 2 read time *inside* the tasks, so no stage-level overhead leaks into them; step 3
 explains what the phases leave of each stage's wall time by three terms, which differ in how
-they grow (not at all; with waves; with the work, as the spread of unequal tasks does). What the phases leave is measured (their wall time, not
-steps 1-2's fit of it): a fitted phase time a few per cent off on a one-second stage is tens of
-milliseconds, which a fit of the leftovers read as negative overhead and pulled t0 and t1 to
-zero, so that small stages, whose time is mostly that overhead (a task's round trip to its
-function, ~1 ms here), were predicted 30-60% short on TPC-H. The first-touch term (fresh memory a function's *first* task pulls in)
-is not fitted: observations come from warm functions (the calibration drops its warm-up pass for
-that reason, and a run's learning sees functions that already ran), which never pay it, so what a
-regression on the bytes of one task found instead was the noise of large one-wave stages — five
+they grow (not at all; with waves; with the work, as the spread of unequal tasks does). What
+the phases leave is measured (their wall time, not steps 1-2's fit of it): a fitted phase time
+a few per cent off on a one-second stage is tens of milliseconds, which a fit of the leftovers
+read as negative overhead and pulled t0 and t1 to zero, so that small stages, whose time is
+mostly that overhead (a task's round trip to its function, ~1 ms here), were predicted 30-60%
+short on TPC-H.
+
+The first-touch term (fresh memory a function's *first* task pulls in) is not fitted:
+observations come from warm functions (the calibration drops its warm-up pass for that reason,
+and a run's learning sees functions that already ran), which never pay it, so what a regression
+on the bytes of one task found instead was the noise of large one-wave stages — five
 calibrations on one machine gave 0 to 2.3 ns/B, and predictions with it were up to 50% too slow
 for warm runs at small P (``bench/sim_validation.py``). A profile's first-touch cost is its
 base's: 0 from the request grid, or what a platform's published cold starts state.
@@ -290,7 +293,7 @@ class Coefficients:
     write_scale: float
     t0: float
     t1: float
-    imbalance: float = math.nan
+    imbalance: float
 
     def as_dict(self) -> dict[str, float]:
         out = {"t0": self.t0, "t1": self.t1, "imbalance": self.imbalance, "read_scale": self.read_scale, "write_scale": self.write_scale}
@@ -317,8 +320,9 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
             calls[family] = float(np.median(known)) if known else math.nan
     read_scale, write_scale = _fit_scales(d, rows)
     touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
-    left = d.wall[rows] - d.pack[rows] * d.busy[rows] / d.c[rows] - touch  # measured, not steps 1-2's fit
-    t0, t1, g = _fit_overheads(left, d.waves[rows], d.pack[rows] * d.busy[rows] / d.c[rows], d.wall[rows], base)
+    work = d.pack[rows] * d.busy[rows] / d.c[rows]  # each function's measured phase time
+    left = d.wall[rows] - work - touch  # measured, not steps 1-2's fit
+    t0, t1, g = _fit_overheads(left, d.waves[rows], work, d.wall[rows], base)
     return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
 
 

@@ -170,7 +170,7 @@ def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | Non
     gb = profile.function_memory / 2**30
     c = max(1, concurrency or profile.concurrency)
     tasks = stage_tasks(prediction)
-    gb_seconds = sum(min(t, c) * s.seconds * gb for t, s in zip(tasks, prediction.stages))
+    gb_seconds = sum(s.function_seconds(min(t, c)) * gb for t, s in zip(tasks, prediction.stages))
     functions = prices.function_gb_second * gb_seconds + prices.invocation * sum(tasks)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))
     writes = prices.write_request * prediction.requests.get("PUT", 0)

@@ -7,7 +7,8 @@ objects of s bytes with P requests in flight at once, fitted from measurements a
 
 with a(s) and qmax(s) measured at a few sizes and interpolated log-log in between; plus per-worker
 bandwidths b_r, b_w (bytes/s); compute seconds per byte on one core per phase kind (``compute``);
-stage start-up t0 + t1 * waves; a first-touch term (fresh memory a cold function's first task
+stage start-up t0 + t1 * waves; the imbalance g of unequal tasks (a stage ends g times its work
+later than evenly packed tasks would); a first-touch term (fresh memory a cold function's first task
 pulls in: stated by a platform's profile, never fitted, as warm functions do not pay it); multipliers of
 the read and write terms (what the grid of isolated requests misses about real stages); the
 concurrency the platform allows; and prices (Eq. 4). Every fitted coefficient carries its relative

@@ -13,9 +13,12 @@ waves. Its time is the sum of named terms::
 ``pack`` = W * C / tasks is the makespan of equal tasks run in waves over perfect packing (11 tasks
 on 2 functions take 6 task-times, not 5.5). Real tasks are not equal (data skew, a neighbour's
 load, one function's page cache), and the stage ends with the last: ``g`` is how much later, as a
-fraction of the time the tasks work (calibrated; 5-10% on a 2-core machine). ``s`` is the requests a task keeps in flight: 1 for
-reads of stored data, up to :data:`croupier.exchange.move.FETCH_THREADS` for exchange fetches
-(a task fetching 16 objects has 8 in flight), which is why exchange reads are their own term.
+fraction of the time the tasks work (calibrated: 4-10% on a 2-core machine). Only the last
+function runs that long, so it is billed once (:meth:`StagePrediction.function_seconds`).
+
+``s`` is the requests a task keeps in flight: 1 for reads of stored data, up to
+:data:`croupier.exchange.move.FETCH_THREADS` for exchange fetches (a task fetching 16 objects has
+8 in flight), which is why exchange reads are their own term.
 Phase kinds are what the tasks report for every run (``read:parquet``, ``hash_aggregate``,
 ``write:exchange-records-raw-recordsrange``, ``regroup``, ...; see :mod:`croupier.dag.task`);
 c_k are seconds per byte on one core and d_k seconds per call (fixed costs: a Parquet footer, an
@@ -74,6 +77,12 @@ class StagePrediction:
 
     def dominant(self) -> Term:
         return max(self.terms, key=lambda t: t.seconds)
+
+    def function_seconds(self, functions: int) -> float:
+        """Function-seconds billed for the stage run on ``functions`` at once: all of them for its
+        time, except the imbalance (its unequal tasks' spread), which only the last one pays."""
+        late = sum(t.seconds for t in self.terms if t.name.endswith("imbalance"))  # a fast tier's too
+        return functions * (self.seconds - late) + late
 
     def interval(self) -> tuple[float, float]:
         """The 90% range of this stage's time."""
@@ -215,8 +224,8 @@ def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int |
     fetches = io_term("read", facts.exchange_read_bytes, fetched, profile, c, streams)
     read = _scaled(_add(data_reads, fetches), profile.read_scale, pack)
     write = _scaled(io_term("write", facts.write_bytes, facts.writes, profile, c), profile.write_scale, pack)
-    busy = profile.imbalance * (compute.seconds + read.seconds + write.seconds)
-    imbalance = Term("imbalance", busy, f"unequal tasks: the last ends {100 * profile.imbalance:.0f}% of the work later", (("imbalance", busy),))
+    late = profile.imbalance * (compute.seconds + read.seconds + write.seconds)
+    imbalance = Term("imbalance", late, f"unequal tasks: the last ends {100 * profile.imbalance:.0f}% of the work later", (("imbalance", late),))
     terms = (startup, touch, compute, read, write, imbalance)
     spread: dict[str, float] = {}
     for term in terms:

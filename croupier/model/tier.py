@@ -414,7 +414,8 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         base = replace(full, terms=tuple(t for t in full.terms if not (t.name.startswith(moved) and not t.seconds)) if moved else full.terms)
         c = max(1, min(max(1, f.tasks), concurrency or slow.concurrency))
         on_fast = predict_stage(fast_part, fast_storage_profile(slow, fast, c), concurrency)
-        extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write")) and t.seconds)
+        # its requests, and the imbalance of unequal tasks on them (the slow part's covers the rest)
+        extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write", "imbalance")) and t.seconds)
         terms = base.terms + extra
         if tier == "hybrid" and i < 2 and plan.rounds > 1:  # the rounds: one stage start-up more per round
             startup = base.terms[0]

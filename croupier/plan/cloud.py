@@ -267,7 +267,7 @@ def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Price
     gb = profile.function_memory / 2**30
     tasks = [plan.producers] + [plan.workers] * plan.levels
     if function_seconds is None:
-        gb_s = sum(min(t, profile.concurrency) * s.seconds * gb for t, s in zip(tasks, prediction.stages[-len(tasks):]))
+        gb_s = sum(s.function_seconds(min(t, profile.concurrency)) * gb for t, s in zip(tasks, prediction.stages[-len(tasks):]))
     else:
         gb_s = function_seconds * gb
     exchange = plan.predicted_requests()

@@ -28,8 +28,9 @@ plan gives, against a :class:`~croupier.sim.platform.Platform` and a storage pro
 
 Compute per task is the model's (:func:`croupier.model.stage.kind_seconds` of the stage's facts,
 :func:`croupier.model.perf.stage_facts`, over its tasks), and a function's first task also pays
-the model's first-touch term. A stage ends the profile's imbalance (the model's ``g``) times its
-slots' work after its last simulated task: simulated tasks are equal, real ones are not.
+the model's first-touch term. On a calibrated store's platform a stage ends the profile's
+imbalance (the model's ``g``) times its slots' work after its last simulated task: simulated tasks
+are equal, real ones are not (a cloud platform's stragglers and speculation model that instead).
 
 Scale: a stage's C = min(tasks, concurrency) function slots are simulated as at most
 ``max_slots`` slots, each standing for ``weight`` identical ones (its requests count ``weight``
@@ -352,6 +353,12 @@ class TaskRecord:
     parts: dict[str, float] = field(default_factory=dict)
     straggler: bool = False
     weight: float = 1.0
+    touch: float = 0.0  # of its compute, the first-touch seconds (a function's first task)
+
+    @property
+    def work(self) -> float:
+        """Seconds it read, computed and wrote, first touch aside: what the model's imbalance scales."""
+        return self.parts.get("read", 0.0) + self.parts.get("compute", 0.0) + self.parts.get("write", 0.0) - self.touch
 
 
 @dataclass
@@ -403,7 +410,8 @@ class Simulation:
             raise ConfigError(f"platform {platform.name} takes request times from a storage profile: pass the profile to the simulation")
         self.platform = platform
         self.io = ProfileIO(profile) if platform.io_from_profile and profile is not None else None
-        self.imbalance = profile.imbalance if profile is not None else 0.0
+        # a calibrated store's imbalance (the model's g); a cloud platform's own stragglers model it
+        self.imbalance = profile.imbalance if platform.io_from_profile and profile is not None else 0.0
         self.rng = random.Random(seed)
         self.concurrency = concurrency or platform.concurrency
         self.settings = settings
@@ -509,11 +517,12 @@ class Simulation:
                 reads = tuple(replace(b, key=b.key + salt) for b in reads)
                 writes = tuple(replace(b, key=b.key + salt) for b in writes)
             yield from self._phase(fn, task.read_store, "GET", reads, task.read_streams, weight, slow, parts, "read")
-            compute = (task.compute_seconds + (task.first_touch if n == 0 else 0.0)) * slow
+            touch = (task.first_touch if n == 0 else 0.0) * slow
+            compute = task.compute_seconds * slow + touch
             yield self.sched.now + compute
             parts["compute"] = compute
             yield from self._phase(fn, task.write_store, "PUT", writes, task.write_streams, weight, slow, parts, "write")
-            self.records.append(TaskRecord(stage, invoked, start, self.sched.now, parts, slow > 1.0, weight))
+            self.records.append(TaskRecord(stage, invoked, start, self.sched.now, parts, slow > 1.0, weight, touch))
 
     def run_stage(self, spec: StageSpec, at: float) -> float:
         """Simulate one stage starting at ``at``; returns when its last task (or backup) ends."""
@@ -530,11 +539,10 @@ class Simulation:
         self.sched.run()
         mine_records = self.records[before:]
         end = max(r.end for r in mine_records)
-        # unequal real tasks: the model's imbalance term (simulated tasks of a stage are equal)
-        end += self.imbalance * sum(r.end - r.start for r in mine_records) / sim_slots
         if self.settings.speculation:
             end = self._speculate(mine_records, end)
-        return end
+        # unequal real tasks, which simulated ones are not: the model's imbalance term
+        return end + self.imbalance * sum(r.work for r in mine_records) / sim_slots
 
     def _speculate(self, records: list[TaskRecord], end: float) -> float:
         """Backup copies for slow tasks once most are done; the stage ends at the last first copy."""
