@@ -4,9 +4,11 @@ fixed profile, SeaweedFS configs."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Hashable, Sequence, TypeVar
+from typing import Callable, Hashable, Iterator, Sequence, TypeVar
 
 from croupier.config import Config, S3Options, Secret
 from croupier.jobs.calibrate import calibrate, describe
@@ -66,3 +68,12 @@ def s3_config(config: Config, server: SeaweedFS) -> Config:
     """``config`` with s3:// URLs pointing at ``server``."""
     s3 = S3Options(endpoint=server.endpoint, access_key_id=Secret("bench"), secret_access_key=Secret("bench"), allow_http=True)
     return config.with_(s3=s3)
+
+
+@contextmanager
+def seaweedfs(config: Config, bucket: str = "bench") -> Iterator[tuple[SeaweedFS, Config]]:
+    """A SeaweedFS server on loopback in a temporary folder, with ``bucket`` ready, and ``config``
+    pointing s3:// URLs at it; the server stops and its folder goes when the block ends."""
+    with tempfile.TemporaryDirectory(prefix="croupier-weed-") as folder, SeaweedFS(Path(folder)) as server:
+        server.wait_ready(bucket)
+        yield server, s3_config(config, server)

@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,11 +26,10 @@ from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
 from croupier.storage import open_store
 from croupier.storage.faults import FaultSpec
-from croupier.testing import SeaweedFS
 from croupier.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, s3_config  # noqa: E402
+from _common import default_dir, seaweedfs  # noqa: E402
 
 
 def run(args: argparse.Namespace, root: str, config: Config) -> None:
@@ -88,9 +86,8 @@ def main() -> None:
         run(args, root.as_uri(), config)
         open_store(root.as_uri(), config).delete_prefix()
         return
-    with tempfile.TemporaryDirectory(prefix="croupier-weed-") as folder, SeaweedFS(Path(folder)) as server:
-        server.wait_ready("bench")
-        run(args, "s3://bench/chaos", s3_config(config, server))
+    with seaweedfs(config) as (_, s3):
+        run(args, "s3://bench/chaos", s3)
 
 
 if __name__ == "__main__":

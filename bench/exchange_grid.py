@@ -14,7 +14,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from croupier.compute import LocalExecutor
@@ -23,11 +22,10 @@ from croupier.exchange.plan import all_plans
 from croupier.jobs import exchange_stats
 from croupier.jobs.gensort import gensort
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, s3_config  # noqa: E402
+from _common import default_dir, seaweedfs  # noqa: E402
 
 
 def grid(store: str, base: str, config: Config, sizes: list[int], workers: list[int], max_levels: int) -> None:
@@ -62,9 +60,8 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if not args.skip_s3:
-        with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
-            server.wait_ready("bench")
-            grid("seaweedfs", "s3://bench/grid", s3_config(config, server), sizes, workers, args.max_levels)
+        with seaweedfs(config) as (_, s3):
+            grid("seaweedfs", "s3://bench/grid", s3, sizes, workers, args.max_levels)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from croupier.config import Config
@@ -22,11 +21,10 @@ from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
 from croupier.report import RunReport
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, s3_config  # noqa: E402
+from _common import default_dir, seaweedfs  # noqa: E402
 
 ENCODINGS = ("raw", "arrow-lz4", "arrow-zstd")
 
@@ -67,9 +65,8 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if not args.skip_s3:
-        with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
-            server.wait_ready("bench")
-            measure("seaweedfs", "s3://bench/codec", s3_config(config, server), size, args.workers, args.repeat)
+        with seaweedfs(config) as (_, s3):
+            measure("seaweedfs", "s3://bench/codec", s3, size, args.workers, args.repeat)
 
 
 if __name__ == "__main__":

@@ -60,11 +60,10 @@ from croupier.model.perf import predict
 from croupier.model.selector import robust
 from croupier.model.stage import predict_stage
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, fresh_profile, interleaved, s3_config  # noqa: E402
+from _common import default_dir, fresh_profile, interleaved, seaweedfs  # noqa: E402
 
 #: (label, store, family, predicted s, measured s) of one run.
 Point = tuple[str, str, str, float, float]
@@ -319,9 +318,7 @@ def main() -> None:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
         if not args.skip_s3:
-            with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
-                server.wait_ready("bench")
-                s3 = s3_config(config, server)
+            with seaweedfs(config) as (server, s3):
                 s3_tables = None
                 if tables is not None:
                     s3_tables = copy_tables(tables, "s3://bench/tpch", s3) if not args.quick else tables

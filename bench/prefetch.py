@@ -13,7 +13,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 from croupier.compute import LocalExecutor
@@ -24,11 +23,10 @@ from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.jobs.calibrate import _exchange_seconds as exchange_seconds
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
 from croupier.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, s3_config  # noqa: E402
+from _common import default_dir, seaweedfs  # noqa: E402
 
 
 def run(args: argparse.Namespace, root: str, config: Config) -> None:
@@ -63,9 +61,8 @@ def main() -> None:
     if args.store == "local":
         run(args, default_dir(3 * parse_size(args.size), "croupier-bench-prefetch").as_uri(), config)
         return
-    with tempfile.TemporaryDirectory(prefix="croupier-weed-") as folder, SeaweedFS(Path(folder)) as server:
-        server.wait_ready("bench")
-        run(args, "s3://bench/prefetch", s3_config(config, server))
+    with seaweedfs(config) as (_, s3):
+        run(args, "s3://bench/prefetch", s3)
 
 
 if __name__ == "__main__":

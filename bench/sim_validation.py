@@ -50,11 +50,10 @@ from croupier.model.profile import StorageProfile
 from croupier.sim.engine import SimSettings, simulate_sort
 from croupier.sim.platform import platform_of_profile
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, fresh_profile, interleaved, s3_config  # noqa: E402
+from _common import default_dir, fresh_profile, interleaved, seaweedfs  # noqa: E402
 
 
 Point = tuple[str, float, float, float, float, float]  # label, simulated, measured, model; simulated and model after learning
@@ -126,9 +125,7 @@ def main() -> None:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
         if not args.skip_s3:
-            with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
-                server.wait_ready("bench")
-                s3 = s3_config(config, server)
+            with seaweedfs(config) as (server, s3):
                 points += run_store("seaweedfs", "s3://bench/sim", s3, sizes, workers, args.max_levels, args.repeat, "seaweedfs-loopback" if args.shipped else None, saved, Path(profiles), server.vacuum)
     if args.save:
         Path(args.save).write_text(json.dumps(saved, indent=1))

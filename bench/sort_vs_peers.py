@@ -21,7 +21,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -32,11 +31,10 @@ from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
 from croupier.ops.formats import read_records, write_records
 from croupier.storage import open_store
-from croupier.testing import SeaweedFS
 from croupier.units import format_bytes, parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_dir, s3_config, timed  # noqa: E402
+from _common import default_dir, seaweedfs, timed  # noqa: E402
 
 
 def to_parquet(src: str, dst: str, config: Config) -> None:
@@ -118,9 +116,7 @@ def main() -> None:
 
 def bench_s3(size: int, args: argparse.Namespace, config: Config, medians: dict[str, float], verdicts: dict[str, str]) -> None:
     """The same sort with both input and output on a SeaweedFS server on loopback."""
-    with tempfile.TemporaryDirectory(prefix="croupier-weed-") as tmp, SeaweedFS(Path(tmp)) as server:
-        server.wait_ready("bench")
-        s3 = s3_config(config, server)
+    with seaweedfs(config) as (_, s3):
         gensort("s3://bench/in", size, max(args.concurrency, size // 100_000_000), s3, seed=1)
         runs = []
         for i in range(args.repeat):
