@@ -42,7 +42,7 @@ def test_first_run_calibrates_once_caches_and_every_run_refines(tmp_path: Path, 
     assert entry is not None and entry.calibration and entry.profile.machine == key[0]
     assert first.summary["profile"] == f"{key[1]}@r0"  # predicted by the fresh calibration
     assert entry.profile.revision == 1 and len(entry.history) == 1  # ...and refined by the run
-    assert {k for k in entry.profile.compute} >= {"records_sort", "read:parquet", "hash_aggregate", "hash_join", "sort"}
+    assert {k for k in entry.profile.compute} >= {"records_sort", "read:parquet", "hash_aggregate", "hash_join", "sort", "evaluate", "project"}
     leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and "_calibration" in str(p)]
     assert leftovers == [], "the calibration deletes what it wrote"
 

@@ -357,6 +357,19 @@ def test_operator_kinds_carry_a_stable_signature_of_what_they_compute() -> None:
     assert base_kind(here.cost_kind) == "read:parquet"
 
 
+def test_projections_that_compute_are_priced_apart_from_those_that_pick_columns() -> None:
+    """Picking or renaming columns shares them (nearly free); computing expressions costs per row:
+    priced as one kind, TPC-H's computing projections ran 12x their prediction (issue 15)."""
+    from croupier.dag.operators import Head, Select, WithColumns
+    from croupier.expr import col, lit, when
+    from croupier.model.profile import base_kind
+
+    picks = [Select((col("a"), col("b").alias("c"))), WithColumns((col("a").alias("x"),)), Head(3)]
+    computes = [Select((col("a"), (col("b") * (1 - col("c"))).alias("d"))), WithColumns((col("d").dt.year().alias("y"),)), Select((when(col("a") > 1).then(col("b")).otherwise(0).alias("z"),)), WithColumns((lit(1).alias("one"),))]
+    assert [base_kind(op.cost_kind) for op in picks] == ["project"] * len(picks)
+    assert [base_kind(op.cost_kind) for op in computes] == ["evaluate"] * len(computes)
+
+
 def test_a_compressed_exchange_is_priced_at_the_bytes_it_stores() -> None:
     """The fit measures bytes stored per byte of data of each exchange write kind; a plan's
     exchange then writes and fetches that many bytes while its phases process all the data (on

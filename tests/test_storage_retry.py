@@ -127,6 +127,24 @@ def test_concurrent_range_reads_count_once_as_waiting_time(tmp_path: Path) -> No
     assert clock.seconds() >= 0.4
 
 
+def test_waiting_for_a_prefetch_in_flight_counts_as_waiting_on_storage(tmp_path: Path) -> None:
+    """A task that asks for an input look-ahead prefetch is still fetching waits on storage as if
+    it had fetched it itself; counted as compute, that wait made query stages' exchange reads look
+    several times costlier per byte than the calibration's (issue 15)."""
+    from croupier.storage.prefetch import PrefetchCache
+    from croupier.storage.stats import BusyClock
+
+    backend = SlowRangeBackend(tmp_path, delay=0.3)
+    Store(backend).put("k", bytes(100))
+    cache = PrefetchCache(1 << 20)
+    cache.prepare("next", [(backend.url, "k", 0, 100)], lambda url: backend)
+    clock = BusyClock()
+    store = Store(backend, prefetch=cache, clock=clock)
+    assert len(bytes(store.get_range("k", 0, 100))) == 100
+    assert store.stats.kinds["GET_RANGE"].prefetched == 1, "served by the prefetch, not fetched again"
+    assert clock.seconds() >= 0.2
+
+
 def _pool_in_child(queue: "object") -> None:
     from croupier.storage.threads import shared_pool
 

@@ -16,8 +16,9 @@ deleted at the end:
 
        generate   records -> gensort parts; records -> TeraSort Parquet parts; rows -> a table
        sort       gensort -> gensort and Parquet -> Parquet, direct (P = C) and 2 x 2 (+wc)
-       queries    scan + filter + project; group-by with few and with many groups (hash
-                  exchange, direct and 2-level); shuffle hash join; range-partitioned sort
+       queries    scan + filter + project; a projection computing expressions; group-by with
+                  few and with many groups (hash exchange, direct and 2-level); shuffle hash
+                  join; range-partitioned sort
        overheads  empty stages of 1 and 8 waves
 
    The stages differ in waves at one task size and in task size at one wave count, so start-up,
@@ -62,7 +63,7 @@ from croupier.dag.stage import (
 from croupier.dag.task import GenerateRead, PiecesRead
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
-from croupier.expr import col
+from croupier.expr import col, when
 from croupier.model.fit import FitResult, Observation, fit, fit_curve, observations_from_report
 from croupier.model.profile import Prices, StorageProfile
 from croupier.ops import partition, terasort
@@ -282,6 +283,10 @@ def _query_jobs(table: str, dim: str, out: str, c: int) -> list[Job]:
     aggs = (AggSpec("sum", "v", "v"), AggSpec("max", "w", "w"), AggSpec("len", None, "n"))
     final = (AggSpec("sum", "v", "v"), AggSpec("max", "w", "w"), AggSpec("sum", "n", "n"))
     jobs = [Job("filter", (Stage("q-filter", scan(table), (Filter(col("w") < 128), Select((col("k_many"), col("v"), col("s")))), sink=OutputSink(f"{out}/filter", "parquet", "cal")),))]
+    # projections that compute (TPC-H's discounted prices, years, cases) cost per row; picking columns does not
+    price = col("price") * (1 - col("v") / 10)
+    computed = (col("k_many"), price.alias("x"), (price * (1 + col("w") / 2560)).alias("y"), col("d").dt.year().alias("yr"), when(col("flag") == "A").then(col("price")).otherwise(0.0).alias("z"))
+    jobs.append(Job("evaluate", (Stage("q-evaluate", scan(table, ("k_many", "price", "v", "w", "d", "flag")), (Select(computed),), sink=OutputSink(f"{out}/evaluate", "parquet", "cal")),)))
     for what, key, workers, algorithm in (("few", "k_few", c, "direct+wc"), ("many", "k_many", 2 * c, "direct+wc"), ("many2", "k_many", 2 * c, "2-level+wc")):
         partial = Stage(f"q-{what}-partial", scan(table, (key, "v", "w")), (Aggregate((key,), aggs, adaptive=True),), sink=ExchangeSink(HashPartitioning((key,))))
         merged = Stage(f"q-{what}-final", ExchangeInput(partial), (Aggregate((key,), final),), sink=OutputSink(f"{out}/{what}", "parquet", "cal"))

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from croupier.expr import Expr
+from croupier.expr.nodes import Alias, Col
 from croupier.model.profile import signed_kind
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns, sort_order, take
 
@@ -92,13 +93,22 @@ class Filter(Operator):
         return f"filter {self.predicate.show()}"
 
 
+def computes(exprs: tuple[Expr, ...]) -> bool:
+    """Whether any of ``exprs`` computes values rather than picks (or renames) a column: picking is
+    nearly free in Polars (a column is shared, not copied), computing costs per row, so the model
+    prices them as two kinds (``project`` and ``evaluate``)."""
+    return any(not isinstance(e.operand if isinstance(e, Alias) else e, Col) for e in exprs)
+
+
 @dataclass(frozen=True)
 class Select(Operator):
     """Exactly these columns (expressions), in this order."""
 
-    kind = "project"
-
     exprs: tuple[Expr, ...]
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "evaluate" if computes(self.exprs) else "project"
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         return df.select([e.to_polars() for e in self.exprs])
@@ -111,9 +121,11 @@ class Select(Operator):
 class WithColumns(Operator):
     """Add or replace columns."""
 
-    kind = "project"
-
     exprs: tuple[Expr, ...]
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "evaluate" if computes(self.exprs) else "project"
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         return df.with_columns([e.to_polars() for e in self.exprs])

@@ -164,7 +164,8 @@ class Store:
         """Bytes look-ahead prefetch already fetched for this request (counted as the request)."""
         if self.prefetch is None:
             return None
-        fetched = self.prefetch.take(self.backend.url, self.prefix + key, start, end)
+        with self.clock:  # waiting for a fetch still in flight is waiting on storage, as the request would be
+            fetched = self.prefetch.take(self.backend.url, self.prefix + key, start, end)
         if fetched is None:
             return None
         self.stats.record(fetched.kind, _nbytes(fetched.data), seconds=fetched.seconds)
