@@ -195,3 +195,19 @@ def test_adaptive_partial_aggregation_passes_rows_through_in_partial_form() -> N
     assert merged.equals(direct)
     few = pre.with_columns((pl.col("k") % 7).alias("k"))
     assert bypass.apply(few, {}).height == 7  # few groups: a real partial aggregation
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "2-level", "direct+wc"])
+def test_explain_previews_a_forced_algorithm_as_the_run_binds_it(tmp_path: Path, algorithm: str) -> None:
+    """A forced plain algorithm binds P before the producers write (the runner does so); the
+    preview must too, not fail asking for a write-combined plan."""
+    import croupier
+    from croupier.config import Config
+
+    for i in range(3):
+        pl.DataFrame({"k": [j % 7 for j in range(i, 2000 + i)], "v": list(range(2000))}).write_parquet(tmp_path / f"part-{i}.parquet")
+    config = Config(concurrency=2, calibration="off", algorithm=algorithm, workers=4)
+    text = croupier.scan_parquet(str(tmp_path / "*.parquet"), config).group_by("k").agg(col("v").sum()).explain()
+    chosen = [line for line in text.splitlines() if line.lstrip().startswith("* ")]
+    assert chosen and all(line.split()[1] == algorithm for line in chosen), text
+    assert all("P=4" in line for line in chosen), text

@@ -394,7 +394,10 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             continue
         nbytes = sum(o.size for o in objects)
         senders = max(1, len(objects))
-        decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated")
+        if binder.needs_early() and isinstance(sink.partitioning, HashPartitioning):  # as the runner binds it (dag/exchanges.py)
+            decision = binder.early(nbytes, senders, "estimated from the files it reads")
+        else:
+            decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated")
         assert decision.choice is not None
         lines.append(f"{stage.name} (if it wrote all it reads): {decision.how}")
         for c in decision.choice.ranked(5):
