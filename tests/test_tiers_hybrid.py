@@ -364,3 +364,100 @@ def test_explain_lists_the_tier_candidates_beside_the_algorithms(tmp_path: Path)
     assert "    tier: " in text and "the selector over tier x algorithm x P" in text, text
     assert "tier slow" in text and "tier hybrid" in text and "hybrid r=" in text, text
     assert "fast: does not fit" in text
+
+
+def test_redis_killed_before_the_memory_level_is_read_reruns_only_that_level(tmp_path: Path) -> None:
+    """Redis dies as the reducers start reading the memory level (level 2 of 2): only level 2's
+    tasks run again, writing to the slow tier from level 1 (kept there), then the reducers; the
+    sort is byte-identical to the slow tier's and nothing is left on either tier."""
+    from croupier.exchange.topology import Topology
+    from tests.test_tiers import KillingExecutor
+
+    plan = ExchangePlan(Topology((4, 2)), False)
+    with LocalExecutor(Config(concurrency=2)) as plain:
+        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=plain, seed=25)
+        sort((tmp_path / "in").as_uri(), (tmp_path / "slow").as_uri(), 8, FAULT_CONFIG, executor=plain, plan=plan)
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("m"), tier="levels")
+        with KillingExecutor(Config(concurrency=2), server, "reduce") as ex:
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 20_000, result.problems
+        same_output(tmp_path / "slow", tmp_path / "out", FAULT_CONFIG)
+        assert "fast_tier_fallback" not in report.summary  # not the whole job again
+        (lost,) = report.summary["fast_tier_reruns"]["map"]
+        assert lost.startswith("level 2 (in memory):") and "ran again" in lost, lost
+        names = [s.name for s in report.stages]
+        assert "reduce level 2 again" in names and not any(n.startswith("map") and n != "map" for n in names), names
+        assert report.stage("reduce level 2 again").tasks == plan.workers
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()  # a killed Redis comes back empty
+        assert fast_objects(server.url()) == []
+
+
+class KillAt(LocalExecutor):
+    """The real local executor, killing the Redis server (SIGKILL) when the first task whose id
+    contains ``marker`` is about to run (levels' tasks are named ``<producer>><consumer>-L<k>-<w>``)."""
+
+    def __init__(self, server: RedisServer, marker: str) -> None:
+        super().__init__(Config(concurrency=2), task_attempts=1)
+        self.server, self.marker, self.killed = server, marker, 0
+
+    def map(self, tasks, config=None, on_done=None):  # type: ignore[no-untyped-def,override]
+        if any(self.marker in t.id for t in tasks) and self.server.process.poll() is None:
+            self.server.kill()
+            self.killed += 1
+        return super().map(tasks, config, on_done)
+
+
+def test_redis_dead_when_the_memory_level_is_written_writes_it_to_the_slow_tier(tmp_path: Path) -> None:
+    """Redis dies as level 2 (the memory level of a 2-level sort) starts writing: that level runs
+    again, writing to the slow tier; the map is not re-run and the sort is right."""
+    from croupier.exchange.topology import Topology
+
+    plan = ExchangePlan(Topology((4, 2)), False)
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("w"), tier="levels")
+        with KillAt(server, "-L2-") as ex:
+            gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=26)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 20_000, result.problems
+        assert "fast_tier_fallback" not in report.summary
+        (lost,) = report.summary["fast_tier_reruns"]["map"]
+        assert lost.startswith("level 2 (in memory):"), lost
+        assert [s.name for s in report.stages if s.name.startswith("map")] == ["map"]
+        assert "reduce level 2 again" in [s.name for s in report.stages]
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()
+        assert fast_objects(server.url()) == []
+
+
+def test_redis_killed_before_level_3_reads_the_memory_level_reruns_only_level_2(tmp_path: Path) -> None:
+    """A 3-level group-by with level 2 in memory: Redis dies as level 3 starts reading it; only
+    level 2 runs again to the slow tier, then level 3; the result equals the slow tier's."""
+    table = _table(60_000)
+    write_parts(table, tmp_path / "facts", 15_000)
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=8, algorithm="3-level+wc")
+    frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n"))
+    expected = frame.collect(config=slow).sort("k")
+    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
+        server.wait_ready()
+        levels = slow.with_(fast_tier=server.url("g3"), tier="levels")
+        with KillAt(server, "-L3-") as ex:
+            got = frame.collect(config=levels, executor=ex).sort("k")
+            assert ex.killed == 1
+        assert got.equals(expected)
+        report = frame.last_run.report
+        assert "fast_tier_fallback" not in report.summary
+        (entry,) = [e for e in report.exchanges if "in memory" in e["plan"]]
+        (lost,) = report.summary["fast_tier_reruns"][entry["producer"]]
+        assert lost.startswith("level 2 (in memory):"), lost
+        assert any(s.name.endswith("level 2 again") for s in report.stages), [s.name for s in report.stages]
+        assert leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+        server.restart()
+        assert fast_objects(server.url()) == []

@@ -54,6 +54,8 @@ class Exchanges:
         self._lock = threading.Lock()
         self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
         self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
+        self._fast_lost = ""  # why the fast tier failed in this run (then memory levels go to the slow tier)
+        self._consumer_bounds: dict[str, dict[str, Bound]] = {}  # consumer stage -> its partition-wise inputs
         if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
             tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
         encoding = self.config.shuffle_encoding(tmp_url)
@@ -83,6 +85,8 @@ class Exchanges:
             producer = inputs[id(source.stage)]
             if source.read == "partition":
                 partitioned = self.bind_partitioned(stage, inputs, out)
+                with self._lock:
+                    self._consumer_bounds[stage.name] = partitioned
                 bound = partitioned[""]
                 mains = [self.exchange_read(bound, j) for j in range(bound.decision.workers)]
             elif source.read == "all":
@@ -174,40 +178,104 @@ class Exchanges:
         return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
 
     def run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
-        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side)."""
+        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side).
+        A memory level the fast tier loses (or refuses) is written again to the slow tier, only
+        its tasks, and the level reading it runs again (:meth:`recover_levels`)."""
         deepest = max(b.decision.plan.levels for b in bounds)
         for level in range(1, deepest):
-            tasks: list[Task] = []
-            owners: list[tuple[Bound, int]] = []
-            for b in bounds:
-                plan = b.decision.plan
-                if level >= plan.levels or level < b.done:  # (a hybrid's level 2 ran in its rounds)
-                    continue
-                wait = self.config.request_timeout
-                url, urls = self.level_urls(b, level)
-                for w in range(plan.workers):
-                    fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
-                    inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
-                    args = (url, plan, level, w, fetches, wait, b.prefix, f"x:{b.producer.stage.name}")
-                    tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}", run_level, args, inputs=inputs))
-                    owners.append((b, w))
-            results = self._batcher.map(f"{stage.name} level {level + 1}", tasks)
-            self._predict(f"{stage.name} level {level + 1}")
-            fresh: dict[int, list[Written]] = {}
-            for (b, w), result in zip(owners, results):
-                fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
-            for b in bounds:
-                if id(b) in fresh:
-                    self.free_level(b, level - 1)
-                    b.written, b.last_prefix = fresh[id(b)], b.prefix
-                    if isinstance(b.decision.plan, LevelsPlan):
-                        b.url = self.level_url(b, level)
+            running = [b for b in bounds if b.done <= level < b.decision.plan.levels]  # (a hybrid's level 2 ran in its rounds)
+            if not running:
+                continue
+            label = f"{stage.name} level {level + 1}"
+            try:
+                fresh = self._level_batch(stage, running, level, label)
+            except CroupierError as exc:
+                if not self.recover_levels(stage, running, exc, level):
+                    raise
+                fresh = self._level_batch(stage, running, level, f"{label} again")
+            for b in running:
+                self.free_level(b, level - 1)
+                b.history.append((b.written, b.last_prefix, b.url))
+                b.written, b.last_prefix = fresh[id(b)], b.prefix
+                if isinstance(b.decision.plan, LevelsPlan):
+                    b.url = self.level_url(b, level)
+
+    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, label: str, slow: bool = False) -> dict[int, list[Written]]:
+        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch; return per bound
+        what its senders wrote. ``slow``: write to the slow tier whatever the plan says (a memory
+        level the fast tier lost, written again)."""
+        tasks: list[Task] = []
+        owners: list[tuple[Bound, int]] = []
+        again = "-again" if label.endswith("again") else ""
+        for b in bounds:
+            plan = b.decision.plan
+            url, urls = self.level_urls(b, level)
+            if slow:
+                url = b.producer.url or self.tmp_url
+            for w in range(plan.workers):
+                fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
+                inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
+                args = (url, plan, level, w, fetches, self.config.request_timeout, b.prefix, f"x:{b.producer.stage.name}")
+                tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}{again}", run_level, args, inputs=inputs))
+                owners.append((b, w))
+        results = self._batcher.map(label, tasks)
+        self._predict(label)
+        fresh: dict[int, list[Written]] = {}
+        for (b, w), result in zip(owners, results):
+            fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
+        return fresh
+
+    def recover_levels(self, stage: Stage, bounds: list[Bound], exc: BaseException, level: int) -> bool:
+        """After ``exc`` failed the tasks reading level ``level - 1`` of ``bounds`` (level
+        ``level`` of the exchange, or its consumers when ``level`` is the plan's last + 1): if the
+        fast tier failed and that level, or ``level`` itself, is a memory level, write it again to
+        the slow tier from the level before it (kept there) — only that level's tasks — and say so
+        in the report; the caller runs its readers again. False: nothing to recover."""
+        reason = fast_tier_failure(exc, self.config)
+        if reason is None:
+            return False
+        recovered = False
+        with self._lock:
+            self._fast_lost = reason  # from now on every memory level of the run goes to the slow tier
+        for b in bounds:
+            plan = b.decision.plan
+            if not isinstance(plan, LevelsPlan):
+                continue
+            lost = level - 1 if level - 1 >= 1 and plan.tier(level - 1) == "fast" else None
+            if lost is not None:  # the memory level was written, then lost: write it again from the one before
+                written, prefix, url = b.history.pop()
+                b.written, b.last_prefix, b.url = written, prefix, url
+                fresh = self._level_batch(stage, [b], lost, f"{stage.name} level {lost + 1} again", slow=True)
+                b.history.append((b.written, b.last_prefix, b.url))
+                b.written, b.last_prefix, b.url = fresh[id(b)], b.prefix, b.producer.url or self.tmp_url
+                b.producer.lost.append(f"level {lost + 1} (in memory): {reason}; its {plan.workers} task(s) ran again, writing to the slow tier")
+                recovered = True
+            if level < plan.levels and plan.tier(level) == "fast":  # the level itself could not write to the fast tier
+                b.producer.lost.append(f"level {level + 1} (in memory): {reason}; it ran again, writing to the slow tier")
+                recovered = True
+        return recovered
+
+    def reads_after_lost_level(self, stage: Stage, out: StageOutput, exc: BaseException, mains: list[Any], sides: list[dict[str, ExchangeRead]]) -> tuple[list[Any], list[dict[str, ExchangeRead]]] | None:
+        """``stage``'s reads once more, after ``exc`` failed its tasks: when the fast tier lost the
+        memory level they read (the last level of a partition-wise input), that level is written
+        again to the slow tier (only its tasks, :meth:`recover_levels`) and the reads point there.
+        None: not such a failure (or the stage writes a hybrid exchange, whose rounds already ran)."""
+        bounds = self._consumer_bounds.get(stage.name)
+        if not bounds or isinstance(out.plan, HybridPlan) or out.written:
+            return None
+        last = max(b.decision.plan.levels for b in bounds.values())
+        if not self.recover_levels(stage, list(bounds.values()), exc, last):
+            return None
+        mains = [self.exchange_read(bounds[""], j) for j in range(len(mains))]
+        sides = [{name: self.exchange_read(bounds[name], j) if name in bounds else read for name, read in s.items()} for j, s in enumerate(sides)]
+        return mains, sides
 
     def level_url(self, b: Bound, level: int) -> str:
-        """The store the objects of ``level`` of ``b`` go to (memory levels: fast or slow)."""
+        """The store the objects of ``level`` of ``b`` go to (memory levels: fast or slow; slow
+        for every level once the fast tier failed in this run)."""
         plan = b.decision.plan
         slow = b.producer.url or self.tmp_url
-        if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast":
+        if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" and not self._fast_lost:
             assert self.tiers is not None
             return self.tiers.fast()
         return slow

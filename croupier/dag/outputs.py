@@ -64,6 +64,9 @@ class Bound:
     last_prefix: str
     done: int = 1  # levels already written (a hybrid exchange's rounds write both of its levels)
     url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier; a memory level: the fast one)
+    #: per level before the last: (written, prefix, url) of its senders, so that a memory level the
+    #: fast tier lost can be written again from the level before it (levels are kept on the slow tier)
+    history: list[tuple[list[Written], str, str]] = field(default_factory=list)
 
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan

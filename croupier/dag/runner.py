@@ -40,7 +40,7 @@ from croupier.dag.splits import ScanPlanner, scan_schema
 from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
 from croupier.dag.tiers import Tiers
-from croupier.errors import ConfigError
+from croupier.errors import ConfigError, CroupierError
 from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.storage.location import parse_location
@@ -154,15 +154,24 @@ class DagRunner:
         mains, sides = self.exchanges.reads(stage, inputs, out)
         out.tasks = len(mains)
         self.exchanges.producer_plan(stage, inputs, out)
-        specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
-        tasks = [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
-        results = self.exchanges.run_producers(stage, out, tasks)  # (a hybrid exchange: in rounds)
+        try:
+            results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, mains, sides))  # (a hybrid exchange: in rounds)
+        except CroupierError as exc:  # a memory level the fast tier lost: written again to the slow tier, then read again
+            again = self.exchanges.reads_after_lost_level(stage, out, exc, mains, sides)
+            if again is None:
+                raise
+            results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, *again, suffix="-again"))
         for index, result in enumerate(results):
             self._fold(out, result.value, index)
         out.seconds = time.perf_counter() - started
         with self._lock:
             self.outputs.append(out)
         return out
+
+    def _tasks(self, stage: Stage, out: StageOutput, mains: list[Any], sides: list[dict[str, Any]], suffix: str = "") -> list[Task]:
+        """The stage's tasks: one per main read, with its side reads and its write."""
+        specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
+        return [Task(f"{stage.name}-{s.index}{suffix}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
 
     def _run_fused(self, stage: Stage) -> StageOutput:
         """Eager consumers (SEER §5.1): run the producer stage and ``stage`` in one executor call;

@@ -21,8 +21,10 @@ the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
 slow tier instead, and its readers read them there (``StageOutput.where``; the report's
-``summary["fast_tier_spills"]``). Anything else the fast tier fails — objects lost with a killed
-server, a level 2..k write, eager consumers, a hybrid's combiners — fails the run with errors
+``summary["fast_tier_spills"]``). A hybrid round or a memory level the fast tier loses (or, for a
+level, refuses) is written again to the slow tier, only its tasks, and read again
+(:meth:`croupier.dag.exchanges.Exchanges.recover_levels`; ``summary["fast_tier_reruns"]``).
+Anything else the fast tier fails — eager consumers, a hybrid's combiners — fails the run with errors
 naming the fast tier; :func:`fast_tier_failure` recognises those, and the query front end runs
 the job once more on the slow tier (see :mod:`croupier.frame.lazy`), saying so in the report
 (``fast_tier_fallback``).

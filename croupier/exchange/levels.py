@@ -11,7 +11,9 @@ is the fast tier: a :class:`LevelsPlan` is an :class:`~croupier.exchange.plan.Ex
 levels in ``fast_levels`` (0-based) write their objects to the fast tier, the others to the slow
 one. Levels alternate, so the fast tier holds one level at a time: the driver deletes a fast
 level's objects once the next level has read them. Objects, keys and request counts are the base
-plan's (:meth:`requests_by_tier` splits them by tier).
+plan's (:meth:`requests_by_tier` splits them by tier). The slow levels stay until the run ends, so a
+memory level the fast tier loses can be written again from the level before it (the DAG runner's
+exchanges do so, re-running only that level's tasks).
 """
 
 from __future__ import annotations
