@@ -364,7 +364,7 @@ def test_projections_that_compute_are_priced_apart_from_those_that_pick_columns(
     from croupier.expr import col, lit, when
     from croupier.model.profile import base_kind
 
-    picks = [Select((col("a"), col("b").alias("c"))), WithColumns((col("a").alias("x"),)), Head(3)]
+    picks = [Select((col("a"), col("b").alias("c"), col("d").alias("e").alias("f"))), WithColumns((col("a").alias("x"),)), Head(3)]
     computes = [Select((col("a"), (col("b") * (1 - col("c"))).alias("d"))), WithColumns((col("d").dt.year().alias("y"),)), Select((when(col("a") > 1).then(col("b")).otherwise(0).alias("z"),)), WithColumns((lit(1).alias("one"),))]
     assert [base_kind(op.cost_kind) for op in picks] == ["project"] * len(picks)
     assert [base_kind(op.cost_kind) for op in computes] == ["evaluate"] * len(computes)

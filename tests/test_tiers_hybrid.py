@@ -461,3 +461,48 @@ def test_redis_killed_before_level_3_reads_the_memory_level_reruns_only_level_2(
         assert leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
         server.restart()
         assert fast_objects(server.url()) == []
+
+
+def test_a_full_redis_refusing_the_memory_level_gets_it_back_emptied(tmp_path: Path) -> None:
+    """Redis at 1 MiB cannot hold a 2 MB memory level: it refuses part of it; the level runs again
+    to the slow tier, what Redis took is deleted there and then (Redis stays up: checked without
+    a restart), and the sort is right."""
+    from croupier.exchange.topology import Topology
+
+    plan = ExchangePlan(Topology((4, 2)), False)
+    with RedisServer(tmp_path / "redis", maxmemory=1 << 20) as server, LocalExecutor(Config(concurrency=2), task_attempts=1) as ex:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("f"), tier="levels")
+        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=27)
+        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
+        result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 20_000, result.problems
+        assert "fast_tier_fallback" not in report.summary
+        (lost,) = report.summary["fast_tier_reruns"]["map"]
+        assert lost.startswith("level 2 (in memory):") and "full" in lost, lost
+        assert fast_objects(server.url()) == [] and leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+
+
+def test_a_level_is_read_where_it_was_written_when_the_choice_changes_meanwhile(tmp_path: Path, small_redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another exchange's recovery may send the run's later memory levels to the slow tier while a
+    level already on the fast tier waits to be read: its readers must still read it there."""
+    from croupier.dag.exchanges import Exchanges
+
+    original = Exchanges._level_batch
+
+    def then_fast_tier_lost_elsewhere(self, stage, bounds, level, label, slow=False):  # type: ignore[no-untyped-def]
+        got = original(self, stage, bounds, level, label, slow)
+        if level == 1:
+            self._fast_lost = "another exchange's fast tier failed"
+        return got
+
+    monkeypatch.setattr(Exchanges, "_level_batch", then_fast_tier_lost_elsewhere)
+    table = _table(60_000)
+    write_parts(table, tmp_path / "facts", 15_000)
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=8, algorithm="3-level+wc")
+    frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n"))
+    expected = frame.collect(config=slow).sort("k")
+    got = frame.collect(config=slow.with_(fast_tier=small_redis.url("c"), tier="levels")).sort("k")
+    assert got.equals(expected)
+    assert any("in memory" in e["plan"] for e in frame.last_run.report.exchanges)
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []

@@ -189,29 +189,32 @@ class Exchanges:
             label = f"{stage.name} level {level + 1}"
             try:
                 fresh = self._level_batch(stage, running, level, label)
+                failure = None
             except CroupierError as exc:
-                if not self.recover_levels(stage, running, exc, level):
-                    raise
+                failure = exc
+            if failure is not None:  # (recovered outside the handler: a later error is not chained to this one)
+                if not self.recover_levels(stage, running, failure, level):
+                    raise failure
                 fresh = self._level_batch(stage, running, level, f"{label} again")
             for b in running:
                 self.free_level(b, level - 1)
                 b.history.append((b.written, b.last_prefix, b.url))
-                b.written, b.last_prefix = fresh[id(b)], b.prefix
-                if isinstance(b.decision.plan, LevelsPlan):
-                    b.url = self.level_url(b, level)
+                b.written, b.url = fresh[id(b)]
+                b.last_prefix = b.prefix
 
-    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, label: str, slow: bool = False) -> dict[int, list[Written]]:
-        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch; return per bound
-        what its senders wrote. ``slow``: write to the slow tier whatever the plan says (a memory
-        level the fast tier lost, written again)."""
+    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, label: str, slow: bool = False) -> dict[int, tuple[list[Written], str]]:
+        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch, reading the level
+        before from where each bound says it is; return per bound what its senders wrote and the
+        store they wrote it to. ``slow``: the slow tier whatever the plan says (a memory level the
+        fast tier lost, written again)."""
         tasks: list[Task] = []
         owners: list[tuple[Bound, int]] = []
+        stores: dict[int, str] = {}
         again = "-again" if label.endswith("again") else ""
         for b in bounds:
             plan = b.decision.plan
-            url, urls = self.level_urls(b, level)
-            if slow:
-                url = b.producer.url or self.tmp_url
+            url = stores[id(b)] = b.producer.url or self.tmp_url if slow else self.level_url(b, level)
+            urls = [u if u != url else "" for u in self.sender_urls(b, level - 1)]  # ("": the task's own store)
             for w in range(plan.workers):
                 fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
                 inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
@@ -223,37 +226,41 @@ class Exchanges:
         fresh: dict[int, list[Written]] = {}
         for (b, w), result in zip(owners, results):
             fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
-        return fresh
+        return {id(b): (fresh[id(b)], stores[id(b)]) for b in bounds}
 
     def recover_levels(self, stage: Stage, bounds: list[Bound], exc: BaseException, level: int) -> bool:
-        """After ``exc`` failed the tasks reading level ``level - 1`` of ``bounds`` (level
-        ``level`` of the exchange, or its consumers when ``level`` is the plan's last + 1): if the
-        fast tier failed and that level, or ``level`` itself, is a memory level, write it again to
-        the slow tier from the level before it (kept there) — only that level's tasks — and say so
-        in the report; the caller runs its readers again. False: nothing to recover."""
+        """After ``exc`` failed the tasks of level ``level`` (0-based; the consumers when it is the
+        plan's number of levels), which read level ``level - 1``: if the fast tier failed, and that
+        level is a memory level (lost before it was read) or ``level`` is one (refused), recover:
+        a lost level is written again to the slow tier from the level before it (kept there),
+        only its tasks, in one batch for all of ``bounds``; a refused one is left to the caller,
+        whose retry now writes to the slow tier. What either left on the fast tier is deleted, the
+        report says what happened, and the run's later memory levels go to the slow tier. False:
+        nothing to recover (the caller raises ``exc``)."""
         reason = fast_tier_failure(exc, self.config)
         if reason is None:
             return False
-        recovered = False
+        levels = [b for b in bounds if isinstance(b.decision.plan, LevelsPlan)]
+        lost = [b for b in levels if level - 1 >= 1 and b.decision.plan.tier(level - 1) == "fast" and b.url != (b.producer.url or self.tmp_url)]
+        refused = [b for b in levels if level < b.decision.plan.levels and b.decision.plan.tier(level) == "fast" and not self._fast_lost]
+        if not lost and not refused:
+            return False
         with self._lock:
             self._fast_lost = reason  # from now on every memory level of the run goes to the slow tier
-        for b in bounds:
-            plan = b.decision.plan
-            if not isinstance(plan, LevelsPlan):
-                continue
-            lost = level - 1 if level - 1 >= 1 and plan.tier(level - 1) == "fast" else None
-            if lost is not None:  # the memory level was written, then lost: write it again from the one before
-                written, prefix, url = b.history.pop()
-                b.written, b.last_prefix, b.url = written, prefix, url
-                fresh = self._level_batch(stage, [b], lost, f"{stage.name} level {lost + 1} again", slow=True)
+        for b in refused:  # whatever part of the level the fast tier took before it failed
+            self._free(self.tiers.fast() if self.tiers is not None else "", self.level_keys(b, level, b.prefix))
+            b.producer.lost.append(f"level {level + 1} (in memory): {reason}; it ran again, writing to the slow tier")
+        if lost:
+            for b in lost:  # back to the level before the lost one
+                self._free(b.url, self.level_keys(b, level - 1, b.last_prefix))
+                b.written, b.last_prefix, b.url = b.history.pop()
+            fresh = self._level_batch(stage, lost, level - 1, f"{stage.name} level {level} again", slow=True)
+            for b in lost:
                 b.history.append((b.written, b.last_prefix, b.url))
-                b.written, b.last_prefix, b.url = fresh[id(b)], b.prefix, b.producer.url or self.tmp_url
-                b.producer.lost.append(f"level {lost + 1} (in memory): {reason}; its {plan.workers} task(s) ran again, writing to the slow tier")
-                recovered = True
-            if level < plan.levels and plan.tier(level) == "fast":  # the level itself could not write to the fast tier
-                b.producer.lost.append(f"level {level + 1} (in memory): {reason}; it ran again, writing to the slow tier")
-                recovered = True
-        return recovered
+                b.written, b.url = fresh[id(b)]
+                b.last_prefix = b.prefix
+                b.producer.lost.append(f"level {level} (in memory): {reason}; its {b.decision.plan.workers} task(s) ran again, writing to the slow tier")
+        return True
 
     def reads_after_lost_level(self, stage: Stage, out: StageOutput, exc: BaseException, mains: list[Any], sides: list[dict[str, ExchangeRead]]) -> tuple[list[Any], list[dict[str, ExchangeRead]]] | None:
         """``stage``'s reads once more, after ``exc`` failed its tasks: when the fast tier lost the
@@ -261,7 +268,7 @@ class Exchanges:
         again to the slow tier (only its tasks, :meth:`recover_levels`) and the reads point there.
         None: not such a failure (or the stage writes a hybrid exchange, whose rounds already ran)."""
         bounds = self._consumer_bounds.get(stage.name)
-        if not bounds or isinstance(out.plan, HybridPlan) or out.written:
+        if not bounds or isinstance(out.plan, HybridPlan):
             return None
         last = max(b.decision.plan.levels for b in bounds.values())
         if not self.recover_levels(stage, list(bounds.values()), exc, last):
@@ -271,8 +278,9 @@ class Exchanges:
         return mains, sides
 
     def level_url(self, b: Bound, level: int) -> str:
-        """The store the objects of ``level`` of ``b`` go to (memory levels: fast or slow; slow
-        for every level once the fast tier failed in this run)."""
+        """The store a new ``level`` of ``b`` goes to: the fast tier for a memory level (unless the
+        fast tier failed earlier in this run), else the slow one. Where a level already written
+        is, ``b.url`` says (this choice may have changed since)."""
         plan = b.decision.plan
         slow = b.producer.url or self.tmp_url
         if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" and not self._fast_lost:
@@ -280,24 +288,26 @@ class Exchanges:
             return self.tiers.fast()
         return slow
 
-    def level_urls(self, b: Bound, level: int) -> tuple[str, list[str]]:
-        """(where ``level``'s tasks write, where each sender of ``level - 1`` wrote)."""
+    def sender_urls(self, b: Bound, level: int) -> list[str]:
+        """Per sender of ``level`` (the last one written): the store it wrote to."""
+        before = b.url or b.producer.url or self.tmp_url
+        senders = b.decision.plan.level_senders(level)
+        return [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
+
+    @staticmethod
+    def level_keys(b: Bound, level: int, prefix: str) -> list[str]:
+        """The keys of every object ``level`` of ``b`` writes under ``prefix``."""
         plan = b.decision.plan
-        if not isinstance(plan, LevelsPlan):
-            return b.producer.url or self.tmp_url, b.urls
-        before = self.level_url(b, level - 1)
-        senders = plan.level_senders(level - 1)
-        urls = [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
-        return self.level_url(b, level), urls
+        return [prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
 
     def free_level(self, b: Bound, level: int) -> None:
-        """Delete a memory level's objects once the next level read them: the fast tier holds one
-        level at a time (a failure to delete is left to the run's cleanup)."""
+        """Delete a memory level's objects (where they are: ``b.url``) once the next level read
+        them: the fast tier holds one level at a time (a failure to delete is left to the run's
+        cleanup)."""
         plan = b.decision.plan
         if not isinstance(plan, LevelsPlan) or plan.tier(level) != "fast":
             return
-        keys = [b.last_prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
-        self._free(self.level_url(b, level), keys)
+        self._free(b.url, self.level_keys(b, level, b.last_prefix))
 
     def record_exchange(self, consumer: Stage, bound: Bound) -> None:
         """Keep the binding (with the candidates the selector compared) for the run report."""

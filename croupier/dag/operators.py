@@ -97,7 +97,12 @@ def computes(exprs: tuple[Expr, ...]) -> bool:
     """Whether any of ``exprs`` computes values rather than picks (or renames) a column: picking is
     nearly free in Polars (a column is shared, not copied), computing costs per row, so the model
     prices them as two kinds (``project`` and ``evaluate``)."""
-    return any(not isinstance(e.operand if isinstance(e, Alias) else e, Col) for e in exprs)
+    def picked(e: Expr) -> bool:
+        while isinstance(e, Alias):
+            e = e.operand
+        return isinstance(e, Col)
+
+    return not all(picked(e) for e in exprs)
 
 
 @dataclass(frozen=True)

@@ -156,10 +156,13 @@ class DagRunner:
         self.exchanges.producer_plan(stage, inputs, out)
         try:
             results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, mains, sides))  # (a hybrid exchange: in rounds)
-        except CroupierError as exc:  # a memory level the fast tier lost: written again to the slow tier, then read again
-            again = self.exchanges.reads_after_lost_level(stage, out, exc, mains, sides)
+            failure = None
+        except CroupierError as exc:
+            failure = exc
+        if failure is not None:  # a memory level the fast tier lost: written again to the slow tier, then read again
+            again = self.exchanges.reads_after_lost_level(stage, out, failure, mains, sides)
             if again is None:
-                raise
+                raise failure
             results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, *again, suffix="-again"))
         for index, result in enumerate(results):
             self._fold(out, result.value, index)
