@@ -14,7 +14,7 @@ from croupier.compute import LocalExecutor
 from croupier.compute.base import Task
 from croupier.compute.speculation import SpeculationPolicy, choose_backups
 from croupier.config import Config, RetryPolicy
-from croupier.errors import ConfigError, CroupierError, TransientStorageError
+from croupier.errors import ConfigError, CroupierError, ObjectNotFound, TransientStorageError
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
@@ -297,6 +297,34 @@ def test_prefetch_serves_next_tasks_without_changing_request_counts(store_env: t
         else:
             assert served == 0
     assert counts[True] == counts[False]
+
+
+def test_a_prefetch_that_failed_transiently_counts_as_a_retry(store_env: tuple[str, Config]) -> None:
+    """A look-ahead prefetch is one attempt of the task's request. One that failed transiently was
+    dropped as a plain miss, so the run's retries depended on which requests happened to be
+    prefetched (about a third of a chaos sort's GETs): the chaos sort's ``report.io.retries > 0``
+    then failed now and then although faults were injected. It now counts as a retry of the request
+    the task sends itself; an object not written yet stays a plain miss."""
+    from croupier.storage import Store, open_backend
+    from croupier.storage.prefetch import PrefetchCache
+
+    root, config = store_env
+    open_store(root, config).put("x/obj", b"0123456789")
+    store = Store(open_backend(root, config), RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0), prefetch=PrefetchCache(1 << 20))
+    assert store.prefetch is not None
+    # seed 0: the first request of this faulty backend fails (Random(0).random() = 0.84 < 0.9)
+    faulty = FaultyBackend(open_backend(root, config), FaultSpec(error_rate=0.9, seed=0), sleep=lambda s: None)
+    store.prefetch.prepare("t1", [(faulty.url, "x/obj", 2, 6)], lambda url: faulty)
+    assert bytes(store.get_range("x/obj", 2, 6)) == b"2345"
+    assert faulty.injected["errors"] == 1
+    got = store.stats.kinds["GET_RANGE"]
+    assert (got.requests, got.retries, got.prefetched) == (1, 1, 0)
+
+    # an object that is not there: a plain miss, no retry (the task's own GET fails as it would have)
+    store.prefetch.prepare("t2", [(store.backend.url, "x/missing", None, None)], lambda url: store.backend)
+    with pytest.raises(ObjectNotFound):
+        store.get("x/missing")
+    assert "GET" not in store.stats.kinds and store.stats.retries == 1
 
 
 # --- bad input and Ctrl-C ------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ bytes (waiting for a fetch still in flight rather than issuing it twice); the re
 in that task's report as it would have been, plus as ``prefetched``, with the seconds it took in
 the background. Inputs are skipped once their known sizes pass the byte budget; anything not
 prefetched is simply fetched by the task as usual.
+
+A prefetch is one attempt, not retried. One that failed transiently (throttling, a time-out) is
+counted as the store counts a failed attempt: as a retry of the task's own request, which follows
+it; so the report's retries do not depend on which requests happened to be prefetched. Any other
+failure (an object not written yet) is just a miss, as for the task's own request.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from croupier.errors import TransientStorageError
 from croupier.storage.backend import Backend, Buffer
 from croupier.storage.threads import shared_pool
 
@@ -27,9 +33,10 @@ FETCH_THREADS = 4
 
 @dataclass(frozen=True)
 class Fetched:
-    """One prefetched request: the bytes, the request kind and how long it took."""
+    """One prefetched request: the bytes (None: it failed transiently, see the module docstring),
+    the request kind and how long it took."""
 
-    data: Buffer
+    data: Buffer | None
     kind: str
     seconds: float
 
@@ -59,17 +66,21 @@ class PrefetchCache:
 
             def fetch(root: Backend = root, key: str = key, start: int | None = start, end: int | None = end) -> Fetched | None:
                 began = time.perf_counter()
+                kind = "GET" if start is None or end is None else "GET_RANGE"
                 try:
                     data = root.get(key) if start is None or end is None else root.get_range(key, start, end)
-                except Exception:  # noqa: BLE001 - a failed prefetch is just a miss: the task fetches itself
+                except TransientStorageError:  # a failed attempt: the task's own request is its retry
+                    return Fetched(None, kind, time.perf_counter() - began)
+                except Exception:  # noqa: BLE001 - any other failure is just a miss: the task fetches itself
                     return None
-                return Fetched(data, "GET" if start is None or end is None else "GET_RANGE", time.perf_counter() - began)
+                return Fetched(data, kind, time.perf_counter() - began)
 
             with self._lock:
                 self._futures[(root.url, key, start, end)] = shared_pool("prefetch", FETCH_THREADS).submit(fetch)
 
     def take(self, root_url: str, key: str, start: int | None, end: int | None) -> Fetched | None:
-        """The prefetched bytes of this request (waiting if still in flight), once; else None."""
+        """The prefetched bytes of this request (waiting if still in flight), or its transient
+        failure (``data`` None), once; else None."""
         with self._lock:
             future = self._futures.pop((root_url, key, start, end), None)
         return None if future is None else future.result()

@@ -161,12 +161,17 @@ class Store:
         return self._run("GET_RANGE", key, lambda: self.backend.get_range(self.prefix + key, start, end), _nbytes)
 
     def _prefetched(self, key: str, start: int | None, end: int | None) -> Buffer | None:
-        """Bytes look-ahead prefetch already fetched for this request (counted as the request)."""
+        """Bytes look-ahead prefetch already fetched for this request (counted as the request).
+        A prefetch that failed transiently counts as a failed attempt of this request: one retry,
+        as :meth:`_attempts` counts one (the caller then sends the request itself)."""
         if self.prefetch is None:
             return None
         with self.clock:  # waiting for a fetch still in flight is waiting on storage, as the request would be
             fetched = self.prefetch.take(self.backend.url, self.prefix + key, start, end)
         if fetched is None:
+            return None
+        if fetched.data is None:
+            self.stats.record_retry(fetched.kind)
             return None
         self.stats.record(fetched.kind, _nbytes(fetched.data), seconds=fetched.seconds)
         self.stats.record_prefetched(fetched.kind, fetched.seconds)
