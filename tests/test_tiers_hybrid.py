@@ -397,31 +397,17 @@ def test_redis_killed_before_the_memory_level_is_read_reruns_only_that_level(tmp
         assert fast_objects(server.url()) == []
 
 
-class KillAt(LocalExecutor):
-    """The real local executor, killing the Redis server (SIGKILL) when the first task whose id
-    contains ``marker`` is about to run (levels' tasks are named ``<producer>><consumer>-L<k>-<w>``)."""
-
-    def __init__(self, server: RedisServer, marker: str) -> None:
-        super().__init__(Config(concurrency=2), task_attempts=1)
-        self.server, self.marker, self.killed = server, marker, 0
-
-    def map(self, tasks, config=None, on_done=None):  # type: ignore[no-untyped-def,override]
-        if any(self.marker in t.id for t in tasks) and self.server.process.poll() is None:
-            self.server.kill()
-            self.killed += 1
-        return super().map(tasks, config, on_done)
-
-
 def test_redis_dead_when_the_memory_level_is_written_writes_it_to_the_slow_tier(tmp_path: Path) -> None:
     """Redis dies as level 2 (the memory level of a 2-level sort) starts writing: that level runs
     again, writing to the slow tier; the map is not re-run and the sort is right."""
     from croupier.exchange.topology import Topology
+    from tests.test_tiers import KillingExecutor
 
     plan = ExchangePlan(Topology((4, 2)), False)
     with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
         server.wait_ready()
         config = FAULT_CONFIG.with_(fast_tier=server.url("w"), tier="levels")
-        with KillAt(server, "-L2-") as ex:
+        with KillingExecutor(Config(concurrency=2), server, "map>reduce-L2") as ex:  # (level tasks: <producer>><consumer>-L<k>-<w>)
             gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=26)
             report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
             assert ex.killed == 1
@@ -440,6 +426,8 @@ def test_redis_dead_when_the_memory_level_is_written_writes_it_to_the_slow_tier(
 def test_redis_killed_before_level_3_reads_the_memory_level_reruns_only_level_2(tmp_path: Path) -> None:
     """A 3-level group-by with level 2 in memory: Redis dies as level 3 starts reading it; only
     level 2 runs again to the slow tier, then level 3; the result equals the slow tier's."""
+    from tests.test_tiers import KillingExecutor
+
     table = _table(60_000)
     write_parts(table, tmp_path / "facts", 15_000)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=8, algorithm="3-level+wc")
@@ -448,7 +436,7 @@ def test_redis_killed_before_level_3_reads_the_memory_level_reruns_only_level_2(
     with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
         server.wait_ready()
         levels = slow.with_(fast_tier=server.url("g3"), tier="levels")
-        with KillAt(server, "-L3-") as ex:
+        with KillingExecutor(Config(concurrency=2), server, "s01-partial-agg>s02-final-L3") as ex:
             got = frame.collect(config=levels, executor=ex).sort("k")
             assert ex.killed == 1
         assert got.equals(expected)
@@ -490,8 +478,8 @@ def test_a_level_is_read_where_it_was_written_when_the_choice_changes_meanwhile(
 
     original = Exchanges._level_batch
 
-    def then_fast_tier_lost_elsewhere(self, stage, bounds, level, label, slow=False):  # type: ignore[no-untyped-def]
-        got = original(self, stage, bounds, level, label, slow)
+    def then_fast_tier_lost_elsewhere(self, stage, bounds, level, **kwargs):  # type: ignore[no-untyped-def]
+        got = original(self, stage, bounds, level, **kwargs)
         if level == 1:
             self._fast_lost = "another exchange's fast tier failed"
         return got

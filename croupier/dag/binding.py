@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from croupier.config import Config
-from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource
+from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, OutputSink, ResultSink, ScanSource, Stage, TaskSource
 from croupier.errors import ConfigError
 from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.plan import ExchangePlan
@@ -79,6 +79,12 @@ class Binder:
         """Whether the forced algorithm needs P before the producers write (plain level 1)."""
         algorithm = self.config.algorithm
         return algorithm is not None and not algorithm.endswith("+wc")
+
+    def binds_early(self, sink: ExchangeSink) -> bool:
+        """Whether the exchange of ``sink`` (without a plan of its own) is bound before its
+        producers write: a hash exchange under a forced plain algorithm. The runner binds it so and
+        explain's preview shows it so."""
+        return self.needs_early() and isinstance(sink.partitioning, HashPartitioning)
 
     def max_partitions(self) -> int:
         """The largest P any exchange of this run may get."""

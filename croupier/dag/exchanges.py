@@ -20,7 +20,7 @@ from croupier.dag.binding import Binder, Decision, stage_kinds
 from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
-from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
+from croupier.dag.stage import ExchangeInput, ExchangeSink, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level
 from croupier.dag.tiers import Tiers, fast_tier_failure
 from croupier.errors import ConfigError, CroupierError, StorageError
@@ -115,7 +115,7 @@ class Exchanges:
         producer = bound.producer
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        return ExchangeRead(bound.url or producer.url or self.tmp_url, tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        return ExchangeRead(bound.url or self.slow_url(bound), tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)
@@ -186,40 +186,39 @@ class Exchanges:
             running = [b for b in bounds if b.done <= level < b.decision.plan.levels]  # (a hybrid's level 2 ran in its rounds)
             if not running:
                 continue
-            label = f"{stage.name} level {level + 1}"
             try:
-                fresh = self._level_batch(stage, running, level, label)
+                fresh = self._level_batch(stage, running, level)
                 failure = None
             except CroupierError as exc:
                 failure = exc
             if failure is not None:  # (recovered outside the handler: a later error is not chained to this one)
                 if not self.recover_levels(stage, running, failure, level):
                     raise failure
-                fresh = self._level_batch(stage, running, level, f"{label} again")
+                fresh = self._level_batch(stage, running, level, again=True)
             for b in running:
                 self.free_level(b, level - 1)
                 b.history.append((b.written, b.last_prefix, b.url))
                 b.written, b.url = fresh[id(b)]
                 b.last_prefix = b.prefix
 
-    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, label: str, slow: bool = False) -> dict[int, tuple[list[Written], str]]:
-        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch, reading the level
-        before from where each bound says it is; return per bound what its senders wrote and the
-        store they wrote it to. ``slow``: the slow tier whatever the plan says (a memory level the
-        fast tier lost, written again)."""
+    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, again: bool = False, slow: bool = False) -> dict[int, tuple[list[Written], str]]:
+        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch (``again``: a second
+        time, after the fast tier failed), reading the level before from where each bound says it
+        is; return per bound what its senders wrote and the store they wrote it to. ``slow``: the
+        slow tier whatever the plan says (a memory level the fast tier lost, written again)."""
+        label = f"{stage.name} level {level + 1}" + (" again" if again else "")
         tasks: list[Task] = []
         owners: list[tuple[Bound, int]] = []
         stores: dict[int, str] = {}
-        again = "-again" if label.endswith("again") else ""
         for b in bounds:
             plan = b.decision.plan
-            url = stores[id(b)] = b.producer.url or self.tmp_url if slow else self.level_url(b, level)
+            url = stores[id(b)] = self.slow_url(b) if slow else self.level_url(b, level)
             urls = [u if u != url else "" for u in self.sender_urls(b, level - 1)]  # ("": the task's own store)
             for w in range(plan.workers):
                 fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
                 inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
                 args = (url, plan, level, w, fetches, self.config.request_timeout, b.prefix, f"x:{b.producer.stage.name}")
-                tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}{again}", run_level, args, inputs=inputs))
+                tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}{'-again' if again else ''}", run_level, args, inputs=inputs))
                 owners.append((b, w))
         results = self._batcher.map(label, tasks)
         self._predict(label)
@@ -241,20 +240,21 @@ class Exchanges:
         if reason is None:
             return False
         levels = [b for b in bounds if isinstance(b.decision.plan, LevelsPlan)]
-        lost = [b for b in levels if level - 1 >= 1 and b.decision.plan.tier(level - 1) == "fast" and b.url != (b.producer.url or self.tmp_url)]
+        lost = [b for b in levels if level - 1 >= 1 and b.decision.plan.tier(level - 1) == "fast" and b.url != self.slow_url(b)]
         refused = [b for b in levels if level < b.decision.plan.levels and b.decision.plan.tier(level) == "fast" and not self._fast_lost]
         if not lost and not refused:
             return False
         with self._lock:
             self._fast_lost = reason  # from now on every memory level of the run goes to the slow tier
         for b in refused:  # whatever part of the level the fast tier took before it failed
-            self._free(self.tiers.fast() if self.tiers is not None else "", self.level_keys(b, level, b.prefix))
+            assert self.tiers is not None  # (a memory level exists only beside a fast tier)
+            self._free(self.tiers.fast(), self.level_keys(b, level, b.prefix))
             b.producer.lost.append(f"level {level + 1} (in memory): {reason}; it ran again, writing to the slow tier")
         if lost:
             for b in lost:  # back to the level before the lost one
                 self._free(b.url, self.level_keys(b, level - 1, b.last_prefix))
                 b.written, b.last_prefix, b.url = b.history.pop()
-            fresh = self._level_batch(stage, lost, level - 1, f"{stage.name} level {level} again", slow=True)
+            fresh = self._level_batch(stage, lost, level - 1, again=True, slow=True)
             for b in lost:
                 b.history.append((b.written, b.last_prefix, b.url))
                 b.written, b.url = fresh[id(b)]
@@ -282,15 +282,18 @@ class Exchanges:
         fast tier failed earlier in this run), else the slow one. Where a level already written
         is, ``b.url`` says (this choice may have changed since)."""
         plan = b.decision.plan
-        slow = b.producer.url or self.tmp_url
         if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" and not self._fast_lost:
             assert self.tiers is not None
             return self.tiers.fast()
-        return slow
+        return self.slow_url(b)
+
+    def slow_url(self, b: Bound) -> str:
+        """Where ``b``'s exchange keeps its slow levels: its producers' store, or the run's temporaries."""
+        return b.producer.url or self.tmp_url
 
     def sender_urls(self, b: Bound, level: int) -> list[str]:
         """Per sender of ``level`` (the last one written): the store it wrote to."""
-        before = b.url or b.producer.url or self.tmp_url
+        before = b.url or self.slow_url(b)
         senders = b.decision.plan.level_senders(level)
         return [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
 
@@ -356,7 +359,7 @@ class Exchanges:
         if isinstance(sink.partitioning, SinglePartitioning):
             out.plan = ExchangePlan(Topology((1,)), True, n, 1)
             return
-        if self.binder.needs_early() and isinstance(sink.partitioning, HashPartitioning):
+        if self.binder.binds_early(sink):
             estimate = self.input_bytes(stage, inputs, out)
             kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
             decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)", kinds)

@@ -394,7 +394,7 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             continue
         nbytes = sum(o.size for o in objects)
         senders = max(1, len(objects))
-        if binder.needs_early() and isinstance(sink.partitioning, HashPartitioning):  # as the runner binds it (dag/exchanges.py)
+        if binder.binds_early(sink):  # as the runner binds it
             decision = binder.early(nbytes, senders, "estimated from the files it reads")
         else:
             decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated")
