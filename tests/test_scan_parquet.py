@@ -1,6 +1,8 @@
 """Reading Parquet splits: exactly the split's row groups (pruned ones leave gaps), every flat
 type with its nulls, nested columns, footers larger than the bytes fetched with the column
-chunks, and a file that is not Parquet (its error names it)."""
+chunks, and a file that is not Parquet (its error names it). Polars decodes what it maps as the
+scan's schema says (the fast path); Arrow decodes the rest; neither ever reads bytes the task
+did not fetch."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from croupier.config import Config
-from croupier.dag.scan import ScanSpec, parquet_schema, parquet_splits, read_split, resolve
+from croupier.dag import scan
+from croupier.dag.scan import ScanSpec, Split, chunk_ranges, parquet_schema, parquet_splits, read_split, resolve
 from croupier.errors import InputError
 from croupier.expr import col
 from croupier.storage import open_store
@@ -102,3 +105,73 @@ def test_a_file_that_is_not_parquet_fails_naming_it(tmp_path: Path) -> None:
     good.write_bytes(good.read_bytes()[:-4] + b"XXXX")  # replaced after planning, as a concurrent writer might
     with pytest.raises(InputError, match=r"t\.parquet: cannot read as parquet"):
         read_split(store, spec, splits[0], pl.Schema({"k": schema["k"]}))
+
+
+def _decoders(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, per split read, whether Polars decoded it (True) or Arrow had to (False)."""
+    used: list[bool] = []
+    polars_decode = scan._polars_decode
+
+    def recording(*args: Any) -> pl.DataFrame | None:
+        df = polars_decode(*args)
+        used.append(df is not None)
+        return df
+
+    monkeypatch.setattr(scan, "_polars_decode", recording)
+    return used
+
+
+def test_polars_decodes_the_common_types_and_arrow_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integers, floats, strings, dates, booleans, binary: the fast path; every column read either
+    way equals the file's, with the scan's types."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    used = _decoders(monkeypatch)
+    for columns in (("k", "i32", "f", "flag", "text", "d", "b", "bin"), ("k", "ts", "dec")):
+        spec = ScanSpec(str(path), "parquet", columns)
+        store, splits, schema = _splits(path, spec, Config())
+        schema = pl.Schema({c: schema[c] for c in columns})
+        used.clear()
+        got = _read_all(store, spec, splits, schema)
+        truth = pl.from_arrow(pq.read_table(path, columns=list(columns)))
+        assert got.schema == schema and got.equals(truth)
+        if columns[1] == "i32":
+            assert used and all(used), "the common types must not fall back to Arrow"
+
+
+def test_nested_columns_of_a_projection_are_planned_and_read(tmp_path: Path) -> None:
+    """A struct and a list among other columns: the driver plans every leaf of the projected
+    nested columns, so the task needs no second round of requests."""
+    path = tmp_path / "nested.parquet"
+    table = pa.table(
+        {
+            "k": pa.array(range(ROWS), pa.int64()),
+            "s": pa.array([{"a": i, "b": f"x{i}"} if i % 4 else None for i in range(ROWS)], pa.struct([("a", pa.int32()), ("b", pa.string())])),
+            "pad": pa.array([f"pad {i}" * 20 for i in range(ROWS)], pa.string()),
+            "xs": pa.array([[i, i + 1] if i % 5 else None for i in range(ROWS)], pa.list_(pa.int32())),
+        }
+    )
+    pq.write_table(table, path, row_group_size=700)
+    columns = ("s", "xs")
+    spec = ScanSpec(str(path), "parquet", columns)
+    store, splits, schema = _splits(path, spec, Config())
+    meta = pq.read_metadata(path)
+    for split in splits:
+        for start, end in chunk_ranges(meta, split.row_groups, columns):
+            assert any(s <= start and end <= e for s, e in split.ranges), "a nested leaf was left out of the plan"
+    got = _read_all(store, spec, splits, pl.Schema({c: schema[c] for c in columns}))
+    assert got.equals(pl.read_parquet(path, columns=list(columns)))
+
+
+def test_a_task_fetches_chunks_its_plan_left_out(tmp_path: Path) -> None:
+    """A split planned without byte ranges (or with too few) still reads right: the task checks
+    what decoding needs against the footer and fetches the rest, so no decoder reads a hole of
+    the sparse copy as data."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    columns = ("k", "text", "dec")
+    spec = ScanSpec(str(path), "parquet", columns)
+    store, splits, schema = _splits(path, spec, Config(), parts=1)
+    bare = [Split(s.base, s.key, s.size, s.row_groups, ()) for s in splits]
+    got = _read_all(store, spec, bare, pl.Schema({c: schema[c] for c in columns}))
+    assert got.equals(pl.from_arrow(pq.read_table(path, columns=list(columns))))
