@@ -129,7 +129,7 @@ def test_polars_decodes_the_common_types_and_arrow_the_rest(tmp_path: Path, monk
     used = _decoders(monkeypatch)
     for columns in (("k", "i32", "f", "flag", "text", "d", "b", "bin"), ("k", "ts", "dec")):
         spec = ScanSpec(str(path), "parquet", columns)
-        store, splits, schema = _splits(path, spec, Config())
+        store, splits, schema = _splits(path, spec, Config(), parts=1)
         schema = pl.Schema({c: schema[c] for c in columns})
         used.clear()
         got = _read_all(store, spec, splits, schema)
@@ -137,6 +137,8 @@ def test_polars_decodes_the_common_types_and_arrow_the_rest(tmp_path: Path, monk
         assert got.schema == schema and got.equals(truth)
         if columns[1] == "i32":
             assert used and all(used), "the common types must not fall back to Arrow"
+        for split in splits:  # one chunk per column, however many row groups a split spans
+            assert len(split.row_groups) > 1 and read_split(store, spec, split, schema).n_chunks("all") == [1] * len(columns)
 
 
 def test_nested_columns_of_a_projection_are_planned_and_read(tmp_path: Path) -> None:
