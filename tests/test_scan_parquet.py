@@ -56,9 +56,12 @@ def _read_all(store: Any, spec: ScanSpec, splits: list[Any], schema: pl.Schema) 
     return pl.concat([read_split(store, spec, s, schema) for s in splits])
 
 
-def test_splits_read_their_row_groups_around_pruned_ones(tmp_path: Path) -> None:
+def test_splits_read_their_row_groups_around_pruned_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A predicate on ``k`` prunes row groups 2-3 and 5-7, so one split holds runs with gaps;
-    rows, nulls and types equal the file's rows of the kept row groups, however it is split."""
+    rows, nulls and types equal the file's rows of the kept row groups, however it is split,
+    and Polars decodes them all (the runs apart: one lazy scan shared between them read the
+    holes between the runs, failed, and fell back to Arrow)."""
+    used = _decoders(monkeypatch)
     path = tmp_path / "t.parquet"
     pq.write_table(_table(), path, row_group_size=500)
     config = Config()
@@ -70,8 +73,10 @@ def test_splits_read_their_row_groups_around_pruned_ones(tmp_path: Path) -> None
         store, splits, schema = _splits(path, spec, config, parts)
         schema = pl.Schema({c: schema[c] for c in spec.columns or ()})
         assert [list(s.row_groups) for s in splits] == shape
+        used.clear()
         got = _read_all(store, spec, splits, schema)
         assert got.schema == schema and got.equals(truth.select(list(schema)))
+        assert used == [True] * len(splits)
 
 
 def test_nested_columns_are_read_whole(tmp_path: Path) -> None:
@@ -177,3 +182,75 @@ def test_a_task_fetches_chunks_its_plan_left_out(tmp_path: Path) -> None:
     bare = [Split(s.base, s.key, s.size, s.row_groups, ()) for s in splits]
     got = _read_all(store, spec, bare, pl.Schema({c: schema[c] for c in columns}))
     assert got.equals(pl.from_arrow(pq.read_table(path, columns=list(columns))))
+
+
+def test_empty_row_groups_are_read_by_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row groups of no rows between full ones (a writer flushed an empty table): their chunks
+    start at the dictionary page (the data page offset is written as 0), which the plan fetches."""
+    path = tmp_path / "empty-groups.parquet"
+    n = 100_000
+    table = pa.table({"k": pa.array(range(n), pa.int64()), "u": pa.array([f"unique value {i * 7919}" for i in range(n)]), "pad": pa.array([f"padding {i}" * 8 for i in range(n)])})
+    with pq.ParquetWriter(path, table.schema) as writer:  # big row groups: the bytes between them are not fetched
+        for start in range(0, n, 20_000):
+            writer.write_table(table.slice(start, 20_000), row_group_size=20_000)
+            writer.write_table(table.slice(0, 0))
+    assert [pq.read_metadata(path).row_group(r).num_rows for r in range(2)] == [20_000, 0]
+    used = _decoders(monkeypatch)
+    spec = ScanSpec(str(path), "parquet", ("k", "u"))
+    store, splits, schema = _splits(path, spec, Config(), parts=1)  # empty row groups inside the split
+    got = _read_all(store, spec, splits, pl.Schema({c: schema[c] for c in ("k", "u")}))
+    assert got.equals(pl.read_parquet(path, columns=["k", "u"])) and used == [True]
+
+
+def test_short_writes_into_the_decoding_copy_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pwrite`` may write less than asked (a nearly full memory file system does): what it did
+    not write would be a hole read as zeros, so the task writes the rest."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    pwrite = scan.os.pwrite
+    monkeypatch.setattr(scan.os, "pwrite", lambda fd, data, offset: pwrite(fd, memoryview(data)[:999], offset))
+    columns = ("k", "text", "f")
+    spec = ScanSpec(str(path), "parquet", columns)
+    store, splits, schema = _splits(path, spec, Config(), parts=1)
+    got = _read_all(store, spec, splits, pl.Schema({c: schema[c] for c in columns}))
+    assert got.equals(pl.read_parquet(path, columns=list(columns)))
+
+
+def test_a_file_replaced_with_fewer_row_groups_fails_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    spec = ScanSpec(str(path), "parquet", ("k",))
+    store, splits, schema = _splits(path, spec, Config(), parts=1)
+    pq.write_table(_table().slice(0, 1500), path, row_group_size=1000)  # 2 row groups now, not 5
+    with pytest.raises(InputError, match=r"t\.parquet"):
+        read_split(store, spec, splits[0], pl.Schema({"k": schema["k"]}))
+
+
+def test_reading_leaves_no_files_and_no_descriptors(tmp_path: Path) -> None:
+    """The copy a task decodes is a memory file that is gone when it is closed (and when its
+    process is killed): no file is left behind, no descriptor stays open."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    spec = ScanSpec(str(path), "parquet", ("k", "text"))
+    store, splits, schema = _splits(path, spec, Config())
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    _read_all(store, spec, splits, pl.Schema({c: schema[c] for c in ("k", "text")}))
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_runs_far_apart_in_a_split_are_decoded_by_polars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept row groups with pruned ones between them, far enough apart that the bytes between
+    are not fetched: each run is decoded apart (a lazy scan shared by the runs would read the
+    holes between them, fail, and leave the split to Arrow)."""
+    path = tmp_path / "far.parquet"
+    n = 100_000
+    pq.write_table(pa.table({"k": pa.array(range(n), pa.int64()), "u": pa.array([f"unique value {i * 7919}" for i in range(n)])}), path, row_group_size=10_000, use_dictionary=False)
+    keep = (col("k") < 10_000) | ((col("k") >= 40_000) & (col("k") < 50_000)) | (col("k") >= 90_000)
+    spec = ScanSpec(str(path), "parquet", ("k", "u"), keep)
+    store, splits, schema = _splits(path, spec, Config(), parts=1)
+    assert [list(s.row_groups) for s in splits] == [[0, 4, 9]] and len(splits[0].ranges) > 2  # three runs, holes between
+    used = _decoders(monkeypatch)
+    got = _read_all(store, spec, splits, pl.Schema({c: schema[c] for c in ("k", "u")}))
+    truth = pl.read_parquet(path).filter((pl.col("k") < 10_000) | ((pl.col("k") >= 40_000) & (pl.col("k") < 50_000)) | (pl.col("k") >= 90_000))
+    assert got.equals(truth) and used == [True]

@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from croupier.errors import InputError
+from croupier.errors import CroupierError, InputError
 from croupier.expr import Expr, may_match
 from croupier.model.profile import signed_kind
 from croupier.ops.formats import is_hidden
@@ -177,10 +177,11 @@ def _footer(store: Store, obj: ObjectInfo) -> pq.FileMetaData:
 
 
 def _chunk_range(column: Any) -> tuple[int, int]:
-    """Byte range of one column chunk in its file."""
-    start = column.data_page_offset
-    if column.has_dictionary_page and column.dictionary_page_offset and column.dictionary_page_offset > 0:
-        start = min(start, column.dictionary_page_offset)
+    """Byte range of one column chunk in its file: from its first page (the dictionary's when it
+    has one) on. An offset of 0 is none (the file starts with its magic bytes): pyarrow writes
+    an empty row group's data page offset as 0 and its dictionary page where the bytes are."""
+    offsets = [o for o in (column.data_page_offset, column.dictionary_page_offset if column.has_dictionary_page else None) if o]
+    start = min(offsets) if offsets else 0
     return start, start + column.total_compressed_size
 
 
@@ -299,9 +300,6 @@ def check_gensort(base: str, objects: list[ObjectInfo]) -> None:
 # --- reading one split (in a task) ------------------------------------------------------------
 
 
-#: Where a task lays out the Parquet bytes it fetched for the decoder: tmpfs when there is one
-#: (the file lives for one read; holes between the fetched ranges take no memory).
-SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 #: Bytes at the end of a Parquet object fetched with its column chunks: the footer (and the page
 #: indexes written before it) usually fit; a longer footer is fetched whole in a second request.
 TAIL = 64 * 1024
@@ -310,7 +308,7 @@ TAIL = 64 * 1024
 @contextmanager
 def _sparse_copy(store: Store, split: Split, columns: Sequence[str]) -> Iterator[tuple[str, pq.FileMetaData]]:
     """A local sparse file of ``split``'s object holding only what reading ``columns`` of the
-    split needs, at their offsets (everything else is a hole), and its footer. Deleted on exit.
+    split needs, at their offsets (everything else is a hole), its path and its footer.
 
     The column chunks the driver planned and the footer are fetched as concurrent ranged GETs
     through ``store`` (counted, retried, prefetched like every read); then the footer says which
@@ -326,20 +324,54 @@ def _sparse_copy(store: Store, split: Split, columns: Sequence[str]) -> Iterator
     if last_start > split.size - footer >= 0:  # a footer longer than TAIL: the rest of it
         extra = (split.size - footer, last_start)
         chunks.append((extra, store.get_range(split.key, *extra)))
-    fd, path = tempfile.mkstemp(prefix="croupier-split-", suffix=".parquet", dir=SCRATCH)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.truncate(split.size)
-            for (start, _), data in chunks:
-                os.pwrite(f.fileno(), data, start)
-            meta = pq.read_metadata(path)  # a bad file: read_split names it
-            have = [r for r, _ in chunks]
-            missing = _coalesce([r for r in chunk_ranges(meta, split.row_groups, columns) if not any(s <= r[0] and r[1] <= e for s, e in have)])
-            for (start, end), data in zip(missing, store.get_ranges(split.key, missing)):
-                os.pwrite(f.fileno(), data, start)
+    with _scratch(split) as (fd, path):
+        for start, data in ((s, d) for (s, _), d in chunks):
+            _write_at(fd, data, start, split)
+        have = [r for r, _ in chunks]
+        del chunks, last  # the file holds them now
+        meta = pq.read_metadata(path)  # a bad file: read_split names it
+        if any(r >= meta.num_row_groups for r in split.row_groups):
+            raise InputError(f"{split.where}: has {meta.num_row_groups} row groups, but the plan read row group {max(split.row_groups)} (was the file replaced while the query ran?)")
+        missing = _coalesce([r for r in chunk_ranges(meta, split.row_groups, columns) if not any(s <= r[0] and r[1] <= e for s, e in have)])
+        for (start, _), data in zip(missing, store.get_ranges(split.key, missing)):
+            _write_at(fd, data, start, split)
         yield path, meta
+
+
+@contextmanager
+def _scratch(split: Split) -> Iterator[tuple[int, str]]:
+    """An empty file of the split's object's size (all hole) and a path to open it by, gone on
+    exit. In memory where the system can (Linux: ``memfd_create``, freed with the process even
+    when it is killed, and not bound by a /dev/shm mount's size), else a temporary file."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("croupier-split", os.MFD_CLOEXEC)
+        path = f"/proc/self/fd/{fd}"
+    else:  # pragma: no cover - not Linux
+        fd, path = tempfile.mkstemp(prefix="croupier-split-", suffix=".parquet")
+    try:
+        try:
+            os.ftruncate(fd, split.size)
+        except OSError as exc:
+            raise CroupierError(f"cannot make room to decode {split.where} ({exc})") from exc
+        yield fd, path
     finally:
-        os.unlink(path)
+        os.close(fd)
+        if not path.startswith("/proc/"):  # pragma: no cover - not Linux
+            os.unlink(path)
+
+
+def _write_at(fd: int, data: Any, offset: int, split: Split) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked). Out of memory
+    or space is not the input's fault: raised so that the task is tried again, not as bad input."""
+    view = memoryview(data).cast("B")
+    try:
+        while view:
+            written = os.pwrite(fd, view, offset)
+            if written <= 0:
+                raise OSError(f"wrote nothing at offset {offset}")
+            view, offset = view[written:], offset + written
+    except OSError as exc:
+        raise CroupierError(f"cannot hold the bytes of {split.where} to decode them ({exc})") from exc
 
 
 def _row_runs(meta: pq.FileMetaData, row_groups: Sequence[int]) -> list[tuple[int, int]]:
@@ -366,8 +398,10 @@ def _polars_decode(path: str, meta: pq.FileMetaData, row_groups: Sequence[int], 
     try:
         if scan.collect_schema() != schema:
             return None
-        parts = [scan.slice(first, rows) for first, rows in _row_runs(meta, row_groups)]
-        df = (pl.concat(parts) if len(parts) > 1 else parts[0]).collect()
+        # each run on its own: concatenated lazily, Polars would share one scan of every row group
+        # between them (common subplans), reading the holes between the runs
+        parts = [scan.slice(first, rows).collect() for first, rows in _row_runs(meta, row_groups)]
+        df = pl.concat(parts) if len(parts) > 1 else parts[0]
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
         return None
     # one chunk per column, as Arrow's path gave: joins and aggregations over chunked columns are slower
@@ -411,7 +445,7 @@ def _read_parquet(store: Store, split: Split, schema: pl.Schema) -> pl.DataFrame
         df = _polars_decode(path, meta, split.row_groups, schema)
         if df is None:
             pf = pq.ParquetFile(path, pre_buffer=False)
-            frame = pl.from_arrow(pf.read_row_groups(list(split.row_groups), columns=columns, use_threads=False))
+            frame = pl.from_arrow(pf.read_row_groups(sorted(split.row_groups), columns=columns, use_threads=False))
             assert isinstance(frame, pl.DataFrame)
             df = frame
     return _conform(df, schema, split.where)
