@@ -8,6 +8,8 @@ of them empty, with NULLs in every column.
 
 from __future__ import annotations
 
+import re
+
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from click.testing import CliRunner
 import croupier
 from croupier.cli import main
 from croupier.config import Config
-from croupier.errors import ConfigError
+from croupier.errors import ConfigError, CroupierError
 from croupier.plan.logical import Scan, walk
 from croupier.plan.optimize import parents
 from croupier.sql.types import duckdb_dtype
@@ -285,7 +287,7 @@ def test_a_filtered_table_joins_first_and_an_unfiltered_small_one_waits() -> Non
 
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
     sources = {n: str(p) for n, p in tables.items()}
-    with pytest.raises(ConfigError, match="unknown table|nope"):
+    with pytest.raises(ConfigError, match="unknown table nope; tables given: " + re.escape(str(sorted(sources)))):
         croupier.sql("SELECT * FROM nope", sources, config=CONFIG)
     with pytest.raises(ConfigError):
         croupier.sql("SELECT zzz FROM t", sources, config=CONFIG)
@@ -312,3 +314,15 @@ def test_cli_prints_and_writes(tables: dict[str, Path], tmp_path: Path) -> None:
     assert_same(back_csv, expected, ordered=True)
     bad = runner.invoke(main, ["sql", "SELECT 1", "--table", "oops"])
     assert bad.exit_code != 0 and "NAME=URL" in bad.output
+
+
+def test_only_the_tables_a_query_reads_are_opened(tables: dict[str, Path], tmp_path: Path) -> None:
+    """A table the text does not name is never listed or read (each would cost a listing and a
+    footer), so one that is not there (or not Parquet) does not matter; one it names still fails."""
+    sources = {n: str(p) for n, p in tables.items()} | {"gone": str(tmp_path / "missing"), "junk": str(tmp_path / "junk.parquet")}
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
+    first = next(iter(tables))
+    got = croupier.sql(f"SELECT count(*) AS n FROM {first.upper()}", sources, config=CONFIG).collect()
+    assert got.height == 1
+    with pytest.raises(CroupierError, match="junk"):
+        croupier.sql("SELECT count(*) AS n FROM junk", sources, config=CONFIG).collect()

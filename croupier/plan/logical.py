@@ -47,6 +47,8 @@ physical planner can compute it once.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -62,8 +64,19 @@ JOIN_HOWS = ("inner", "left", "right", "full", "semi", "anti", "cross")
 
 
 def empty(schema: pl.Schema) -> pl.DataFrame:
-    """A frame of ``schema`` with no rows."""
-    return pl.DataFrame(schema=schema)
+    """A frame of ``schema`` with no rows, for schema inference (never changed in place: every
+    use runs an operation that returns a new frame). Remembered per schema: building one takes
+    0.1-0.3 ms, and planning a TPC-H query builds about sixty."""
+    items = tuple(schema.items())
+    try:
+        return _empty(items)
+    except TypeError:  # a dtype that cannot be hashed
+        return pl.DataFrame(schema=schema)
+
+
+@functools.lru_cache(maxsize=512)
+def _empty(items: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
+    return pl.DataFrame(schema=pl.Schema(items))
 
 
 def for_schema(expr: Expr) -> Expr:

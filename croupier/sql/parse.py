@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import polars as pl
 import sqlglot
@@ -186,16 +187,17 @@ class Parsed:
     case: dict[str, str]  # lower-case name -> as declared (aliases as written, table columns)
 
 
-def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] | None = None) -> Parsed:
+def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] | None = None, given: Iterable[str] = ()) -> Parsed:
     """Parse and optimise ``text`` against the tables ``schemas`` (name -> Polars schema);
-    ``table_bytes`` (name -> stored bytes, where known) orders inner joins (:func:`connect_joins`)."""
+    ``table_bytes`` (name -> stored bytes, where known) orders inner joins (:func:`connect_joins`);
+    ``given``: every table the caller was given (an unknown table's error lists them)."""
     try:
         original = sqlglot.parse_one(text, dialect=DIALECT)
     except SqlglotError as exc:
         raise ConfigError(f"SQL does not parse: {exc}") from exc
     if not isinstance(original, (exp.Select, exp.SetOperation, exp.Subquery)):
         raise ConfigError(f"SQL must be a query (SELECT ...), got {type(original).__name__}")
-    _check_tables(original, schemas)
+    _check_tables(original, schemas, sorted(set(given) | set(schemas)))
     schema = {name: {column: sql_type(dtype) for column, dtype in s.items()} for name, s in schemas.items()}
     names = output_names(original, schemas, text)
     try:
@@ -205,12 +207,22 @@ def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] 
     return Parsed(tree, names, declared_case(original, schemas))
 
 
-def _check_tables(tree: exp.Expr, schemas: dict[str, pl.Schema]) -> None:
+def referenced_tables(text: str) -> set[str] | None:
+    """Lower-case names of the tables ``text`` reads (CTE names among them), or None when it
+    does not parse (then :func:`parse` says why)."""
+    try:
+        tree = sqlglot.parse_one(text, dialect=DIALECT)
+    except SqlglotError:
+        return None
+    return {table.name.lower() for table in tree.find_all(exp.Table)}
+
+
+def _check_tables(tree: exp.Expr, schemas: dict[str, pl.Schema], given: list[str]) -> None:
     """Raise a clear error for a table that is neither given nor a CTE."""
     known = {name.lower() for name in schemas} | {cte.alias.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
         if table.name.lower() not in known:
-            raise ConfigError(f"SQL: unknown table {table.name}; tables given: {sorted(schemas)} (pass it in tables={{...}} or --table NAME=URL)")
+            raise ConfigError(f"SQL: unknown table {table.name}; tables given: {given} (pass it in tables={{...}} or --table NAME=URL)")
 
 
 # --- DuckDB's names for result columns -----------------------------------------------------------
