@@ -343,11 +343,14 @@ def _scratch(split: Split) -> Iterator[tuple[int, str]]:
     """An empty file of the split's object's size (all hole) and a path to open it by, gone on
     exit. In memory where the system can (Linux: ``memfd_create``, freed with the process even
     when it is killed, and not bound by a /dev/shm mount's size), else a temporary file."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("croupier-split", os.MFD_CLOEXEC)
-        path = f"/proc/self/fd/{fd}"
-    else:  # pragma: no cover - not Linux
-        fd, path = tempfile.mkstemp(prefix="croupier-split-", suffix=".parquet")
+    try:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create("croupier-split", os.MFD_CLOEXEC)
+            path = f"/proc/self/fd/{fd}"
+        else:  # pragma: no cover - not Linux
+            fd, path = tempfile.mkstemp(prefix="croupier-split-", suffix=".parquet")
+    except OSError as exc:  # out of descriptors or space: not the input's fault, tried again
+        raise CroupierError(f"cannot make room to decode {split.where} ({exc})") from exc
     try:
         try:
             os.ftruncate(fd, split.size)

@@ -48,7 +48,6 @@ physical planner can compute it once.
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
