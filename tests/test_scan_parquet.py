@@ -254,3 +254,25 @@ def test_runs_far_apart_in_a_split_are_decoded_by_polars(tmp_path: Path, monkeyp
     got = _read_all(store, spec, splits, pl.Schema({c: schema[c] for c in ("k", "u")}))
     truth = pl.read_parquet(path).filter((pl.col("k") < 10_000) | ((pl.col("k") >= 40_000) & (pl.col("k") < 50_000)) | (pl.col("k") >= 90_000))
     assert got.equals(truth) and used == [True]
+
+
+def test_no_room_to_decode_is_not_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of memory or descriptors for the copy is the machine's state, not the file's fault:
+    the error is not an InputError (which is never retried) and says what it could not do."""
+    import errno
+
+    from croupier.compute.local import DETERMINISTIC_ERRORS
+    from croupier.errors import CroupierError
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    spec = ScanSpec(str(path), "parquet", ("k",))
+    store, splits, schema = _splits(path, spec, Config(), parts=1)
+
+    def no_room(*args: Any) -> int:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(scan.os, "memfd_create", no_room)
+    with pytest.raises(CroupierError, match="cannot make room to decode .*t\\.parquet") as caught:
+        read_split(store, spec, splits[0], pl.Schema({"k": schema["k"]}))
+    assert not isinstance(caught.value, InputError) and type(caught.value).__name__ not in DETERMINISTIC_ERRORS
