@@ -394,3 +394,19 @@ def test_a_compressed_exchange_is_priced_at_the_bytes_it_stores() -> None:
     compute = [next(t for t in s.terms if t.name == "compute").seconds for s in (squeezed.stages + plain.stages)]
     assert compute[:2] == pytest.approx(compute[2:]), "the phases process all the data either way"
 
+
+
+def test_a_profiles_remembered_lookups_follow_its_own_tables() -> None:
+    """Lookups are remembered per profile; a profile made from it with other tables (as every
+    refit makes one) answers from its own tables, and the first keeps its answers."""
+    from dataclasses import replace
+
+    from croupier.model.profile import StorageProfile
+
+    first = StorageProfile.load("local")
+    kind = "hash_aggregate#0000abcd"
+    before = (first.compute_cost(kind), first.call_cost(kind), first.relative_error(f"compute:{kind}"))
+    second = replace(first, compute=first.compute | {kind: 1e-6}, call_seconds=first.call_seconds | {kind: 0.5}, uncertainty={f"compute:{kind}": 0.25})
+    assert (second.compute_cost(kind), second.call_cost(kind), second.relative_error(f"compute:{kind}")) == (1e-6, 0.5, 0.25)
+    assert (first.compute_cost(kind), first.call_cost(kind), first.relative_error(f"compute:{kind}")) == before
+    assert before[0] != 1e-6

@@ -128,25 +128,36 @@ class StorageProfile:
 
     def relative_error(self, coefficient: str) -> float:
         """Relative standard error of ``coefficient`` (per-kind ones by the key that prices the kind)."""
-        for table, prefix in ((self.compute, "compute:"), (self.call_seconds, "call:")):
+        for table, prefix in (("compute", "compute:"), ("call_seconds", "call:")):
             if coefficient.startswith(prefix):
-                key = lookup_key(table, coefficient.removeprefix(prefix))
+                key = self._key(table, coefficient.removeprefix(prefix))
                 return self.uncertainty.get(f"{prefix}{key}", DEFAULT_UNCERTAINTY) if key is not None else DEFAULT_UNCERTAINTY
         return self.uncertainty.get(coefficient, DEFAULT_UNCERTAINTY)
 
     def compute_key(self, kind: str) -> str | None:
         """The key of ``compute`` that prices phase ``kind`` (see :func:`lookup_key`)."""
-        return lookup_key(self.compute, kind)
+        return self._key("compute", kind)
 
     def call_cost(self, kind: str) -> float:
         """Seconds per call of phase ``kind`` (0 when the profile does not know its kind)."""
-        key = lookup_key(self.call_seconds, kind)
+        key = self._key("call_seconds", kind)
         return self.call_seconds[key] if key is not None else 0.0
 
     def stored_ratio(self, kind: str) -> float:
         """Bytes an exchange write of ``kind`` stores per byte of data (1 when not measured)."""
-        key = lookup_key(self.stored, kind)
+        key = self._key("stored", kind)
         return self.stored[key] if key is not None else 1.0
+
+    def _key(self, table: str, kind: str) -> str | None:
+        """:func:`lookup_key` in the table named ``table``, remembered per profile: a refit predicts
+        every stage it learns from, thousands of lookups that each scanned the table (a profile's
+        tables are never changed in place; :func:`dataclasses.replace` makes a new profile)."""
+        known = self.__dict__.setdefault("_keys", {})
+        try:
+            return known[table, kind]
+        except KeyError:
+            key = known[table, kind] = lookup_key(getattr(self, table), kind)
+            return key
 
     def compute_cost(self, kind: str) -> float:
         """Seconds per byte on one core of phase ``kind``: the longest key of ``compute`` that
