@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,46 @@ def test_task_requests_are_counted_and_returned(executor: LocalExecutor, tmp_pat
     assert result.io.requests("PUT") == 1 and result.io.requests("GET") == 1
     assert result.io.bytes_written == 3 and result.io.bytes_read == 3
     assert result.peak_rss > 0
+
+
+POOL_TASK = """
+def pool(ctx):
+    import polars
+    return polars.thread_pool_size()
+"""
+
+POOL_SCRIPT = """
+import os, sys
+import polars  # imported first, as a user's script does
+from croupier.compute import LocalExecutor
+from croupier.compute.base import Task
+from croupier.config import Config
+from pooltask import pool
+
+if __name__ == "__main__":
+    config = Config(concurrency=int(sys.argv[1]), progress=False)
+    executor = LocalExecutor(config)
+    try:
+        sizes = sorted({r.value for r in executor.map([Task(f"t{i}", pool, ()) for i in range(4)], config)})
+    finally:
+        executor.close()
+    print(sizes, os.environ.get("POLARS_MAX_THREADS"))
+"""
+
+
+def test_workers_run_polars_with_their_share_of_the_cores(tmp_path: Path) -> None:
+    """Each worker's Polars runs cores / concurrency threads (C workers with a thread per core
+    each would run C x cores threads; the fork server imports Polars before any worker could set
+    its pool size); the driver's own environment is left as it was."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_SCRIPT)
+    (tmp_path / "pooltask.py").write_text(POOL_TASK)
+    cores = os.cpu_count() or 1
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    for concurrency in (cores, 1):
+        out = subprocess.run([sys.executable, str(script), str(concurrency)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split("\n")[0] == f"[{max(1, cores // concurrency)}] None"

@@ -83,8 +83,11 @@ class LocalExecutor(Executor):
         self._rng = random.Random(seed)
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["croupier.compute.worker"])
-        start_forkserver_quietly()  # issue 12, promise 6: no fork-server traceback on Ctrl-C
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
+        # Polars sizes its thread pool when it is imported, and the fork server has imported it
+        # (preloading the workers' modules) before any worker runs: the fork server's environment
+        # is the one place to set it (issue 12, promise 6: no fork-server traceback on Ctrl-C)
+        start_forkserver_quietly({"POLARS_MAX_THREADS": str(self._threads)})
         self._workers: list[_Worker] = []
         self._next_wid = 0
         self._lock = threading.RLock()  # one map at a time: runs of one session may share the pool

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Mapping
 
 #: Seconds between checks of the parent process id.
 POLL_SECONDS = 0.2
@@ -45,19 +46,28 @@ def _watch(parent: int, poll: float) -> None:
     os._exit(0)
 
 
-def start_forkserver_quietly() -> None:
+def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> None:
     """Start the multiprocessing fork server now (if it is not running) with SIGINT ignored, so a
     Ctrl-C to the process group while it imports its preloaded modules is not a traceback: an
     ignored signal stays ignored across its exec, and once running it ignores SIGINT itself.
     Only the main thread may change signal dispositions; elsewhere it starts as usual. (A Ctrl-C
-    in the few milliseconds of the fork is lost; press it again.)"""
+    in the few milliseconds of the fork is lost; press it again.)
+
+    ``environment``: variables the fork server (and so every worker forked from it) starts with,
+    where the driver's environment does not set them; the driver's own is left as it was."""
     from multiprocessing import forkserver
 
-    if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    added = {k: v for k, v in (environment or {}).items() if k not in os.environ}
+    os.environ.update(added)
     try:
-        forkserver.ensure_running()
+        if threading.current_thread() is not threading.main_thread():
+            forkserver.ensure_running()
+            return
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for key in added:
+            os.environ.pop(key, None)
