@@ -197,9 +197,7 @@ class Exchanges:
                 fresh = self._level_batch(stage, running, level, again=True)
             for b in running:
                 self.free_level(b, level - 1)
-                b.history.append((b.written, b.last_prefix, b.url))
-                b.written, b.url = fresh[id(b)]
-                b.last_prefix = b.prefix
+                b.advance(*fresh[id(b)])
 
     def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, again: bool = False, slow: bool = False) -> dict[int, tuple[list[Written], str]]:
         """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch (``again``: a second
@@ -253,12 +251,10 @@ class Exchanges:
         if lost:
             for b in lost:  # back to the level before the lost one
                 self._free(b.url, self.level_keys(b, level - 1, b.last_prefix))
-                b.written, b.last_prefix, b.url = b.history.pop()
+                b.back()
             fresh = self._level_batch(stage, lost, level - 1, again=True, slow=True)
             for b in lost:
-                b.history.append((b.written, b.last_prefix, b.url))
-                b.written, b.url = fresh[id(b)]
-                b.last_prefix = b.prefix
+                b.advance(*fresh[id(b)])
                 b.producer.lost.append(f"level {level} (in memory): {reason}; its {b.decision.plan.workers} task(s) ran again, writing to the slow tier")
         return True
 

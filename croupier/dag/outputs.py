@@ -68,6 +68,16 @@ class Bound:
     #: fast tier lost can be written again from the level before it (levels are kept on the slow tier)
     history: list[tuple[list[Written], str, str]] = field(default_factory=list)
 
+    def advance(self, written: list[Written], url: str) -> None:
+        """The next level was written (``written`` by its senders, to ``url``, under ``prefix``):
+        it is the last now, and the one before it goes into ``history``."""
+        self.history.append((self.written, self.last_prefix, self.url))
+        self.written, self.last_prefix, self.url = written, self.prefix, url
+
+    def back(self) -> None:
+        """Forget the last level: the one before it (from ``history``) is the last again."""
+        self.written, self.last_prefix, self.url = self.history.pop()
+
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan
         return move.fetches_for(plan, plan.levels - 1, consumer, self.written, self.last_prefix, self.urls)
