@@ -22,7 +22,7 @@ from croupier.config import Config
 from croupier.errors import ConfigError
 from croupier.expr import Col
 from croupier.plan.logical import Node, Project
-from croupier.sql.parse import parse, referenced_tables
+from croupier.sql.parse import parse, parse_query, referenced_tables
 from croupier.sql.query import QueryTranslator
 
 
@@ -32,10 +32,14 @@ def sql(text: str, tables: Mapping[str, Any], config: Config | None = None) -> A
     from croupier.frame.lazy import LazyFrame
 
     config = config or Config.from_env()
-    used = referenced_tables(text)
+    try:
+        tree = parse_query(text)
+    except ConfigError:
+        tree = None  # parse() below says why, once the tables are opened (as before)
+    used = referenced_tables(tree) if tree is not None else None
     # only the tables the text reads: each other one would cost a listing and a footer read
     nodes = {name: _table(source, config) for name, source in tables.items() if used is None or name.lower() in used}
-    parsed = parse(text, {name: node.schema for name, node in nodes.items()}, _stored_bytes(nodes, config), tables)
+    parsed = parse(text, {name: node.schema for name, node in nodes.items()}, _stored_bytes(nodes, config), tables, tree)
     node = QueryTranslator(nodes).query(parsed.tree)
     names = parsed.names if parsed.names is not None and len(parsed.names) == len(node.schema) else [parsed.case.get(n.lower(), n) for n in node.schema]
     node = _renamed(node, names)

@@ -187,16 +187,23 @@ class Parsed:
     case: dict[str, str]  # lower-case name -> as declared (aliases as written, table columns)
 
 
-def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] | None = None, given: Iterable[str] = ()) -> Parsed:
-    """Parse and optimise ``text`` against the tables ``schemas`` (name -> Polars schema);
-    ``table_bytes`` (name -> stored bytes, where known) orders inner joins (:func:`connect_joins`);
-    ``given``: every table the caller was given (an unknown table's error lists them)."""
+def parse_query(text: str) -> exp.Expr:
+    """The syntax tree of the query ``text``; a ConfigError when it does not parse or is not a query."""
     try:
         original = sqlglot.parse_one(text, dialect=DIALECT)
     except SqlglotError as exc:
         raise ConfigError(f"SQL does not parse: {exc}") from exc
     if not isinstance(original, (exp.Select, exp.SetOperation, exp.Subquery)):
         raise ConfigError(f"SQL must be a query (SELECT ...), got {type(original).__name__}")
+    return original
+
+
+def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] | None = None, given: Iterable[str] = (), original: exp.Expr | None = None) -> Parsed:
+    """Parse and optimise ``text`` against the tables ``schemas`` (name -> Polars schema);
+    ``table_bytes`` (name -> stored bytes, where known) orders inner joins (:func:`connect_joins`);
+    ``given``: every table the caller was given (an unknown table's error lists them);
+    ``original``: the tree of ``text`` when the caller has it already (:func:`parse_query`)."""
+    original = parse_query(text) if original is None else original
     _check_tables(original, schemas, sorted(set(given) | set(schemas)))
     schema = {name: {column: sql_type(dtype) for column, dtype in s.items()} for name, s in schemas.items()}
     names = output_names(original, schemas, text)
@@ -207,13 +214,8 @@ def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] 
     return Parsed(tree, names, declared_case(original, schemas))
 
 
-def referenced_tables(text: str) -> set[str] | None:
-    """Lower-case names of the tables ``text`` reads (CTE names among them), or None when it
-    does not parse (then :func:`parse` says why)."""
-    try:
-        tree = sqlglot.parse_one(text, dialect=DIALECT)
-    except SqlglotError:
-        return None
+def referenced_tables(tree: exp.Expr) -> set[str]:
+    """Lower-case names of the tables the query ``tree`` reads (CTE names among them)."""
     return {table.name.lower() for table in tree.find_all(exp.Table)}
 
 
