@@ -9,7 +9,9 @@ them (croupier.model.tier.predict_on_tier, the selector's own model), the exchan
 (its write and read phases' request seconds over the functions running at once: what Table 3
 models) and Locus' Table 3 prediction of it (2 max(R/q, S/b_eff); the hybrid row R T_rnd + T_mrg),
 their errors, and the selector's regret (auto's wall time over the fastest of slow, fast, hybrid).
-With ``levels``: a 2-level plan whose second level is held in Redis (MinFlow's memory levels).
+With ``levels``: MinFlow's memory levels, on the slow tier: a 3-level plan whose level 2 happens
+inside one task per group of workers (``--algorithm 3-level+wc+mem``; the selector picks P and
+the group sizes).
 Profiles: shipped seaweedfs-loopback and redis-loopback.
 
     python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--json out.json]
@@ -50,10 +52,11 @@ FAST_MEMORY = 512 << 20
 def run_one(root: str, size: int, tier: str, config: Config, workers: int | None) -> dict[str, object]:
     """One sort of the input at ``root/in`` with ``tier``; its measurements."""
     out = f"{root}/out-{tier}"
-    forced = {"algorithm": "2-level"} if tier == "levels" else {}  # memory levels need a multi-level plan
-    report = sort(f"{root}/in", out, workers, config.with_(tier=tier, **forced))
+    # memory levels: in the tasks' memory, the storage levels on the slow tier
+    forced = {"algorithm": "3-level+wc+mem", "tier": "slow"} if tier == "levels" else {"tier": tier}
+    report = sort(f"{root}/in", out, workers, config.with_(**forced))
     open_store(out, config).delete_prefix()
-    stages = [s for s in report.stages if s.name in ("map", "reduce", "reduce level 2") or s.name.startswith(("map round ", "map combine "))]
+    stages = [s for s in report.stages if s.name in ("map", "reduce") or s.name.startswith(("reduce level ", "map round ", "map combine "))]
     exchange = sum(s.wall_seconds for s in stages)
     (entry,) = report.exchanges
     # the exchange's own request time (what Table 3 models): its write and read phases' request
@@ -63,7 +66,7 @@ def run_one(root: str, size: int, tier: str, config: Config, workers: int | None
     return {
         "size": size,
         "tier": tier,
-        "used": report.summary.get("tiers", {}).get("map"),
+        "used": "levels" if tier == "levels" else report.summary.get("tiers", {}).get("map"),
         "fallback": report.summary.get("fast_tier_fallback", {}).get("reason"),
         "workers": entry["workers"],
         "plan": entry["plan"],
@@ -81,9 +84,9 @@ def run_one(root: str, size: int, tier: str, config: Config, workers: int | None
 def plan_of(row: dict[str, object]) -> ExchangePlan:
     """The plan a run used, from its report entry (name, P, M, rounds)."""
     name, p, m = str(row["plan"]), int(row["workers"]), int(row["producers"])  # type: ignore[call-overload]
-    if "in memory" in name:
-        base = ExchangePlan(Topology.parse(name.split(",")[0].removesuffix("+wc").split(" ")[-1]), name.split(",")[0].endswith("+wc"), m)
-        return LevelsPlan.alternate(base)
+    if "in memory" in name:  # "3-level 4x2x2+wc, level 2 in memory"
+        head = name.split(",")[0]
+        return LevelsPlan(Topology.parse(head.removesuffix("+wc").split(" ")[-1]), head.endswith("+wc"), m, None, (1,))
     if name.startswith("hybrid"):
         rounds = max(1, int(row["rounds"]))  # type: ignore[call-overload]
         return HybridPlan.build(p, m, -(-m // rounds))
@@ -102,9 +105,9 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     if used == "hybrid":
         assert isinstance(plan, HybridPlan)
         table3 = hybrid_terms(plan, nbytes, slow, fast).seconds
-    elif used == "levels":  # Table 3 per level: every level writes and reads all S bytes on its tier
-        slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
-        table3 = sum((fast_c if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" else slow_c).seconds for level in range(plan.levels))
+    elif used == "levels":  # Table 3 per storage level: each writes and reads all S bytes (a memory level none)
+        slow_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[0]
+        table3 = sum(slow_c.seconds for count in plan.counts() if count.objects)
     else:
         slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
         table3 = (fast_c if used == "fast" else slow_c).seconds
@@ -113,7 +116,7 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]
     row["model_error"] = round(abs(table3 - measured) / measured, 3)
     size = int(row["size"])  # type: ignore[call-overload]
-    staged = predict_on_tier(plan, size, slow, fast, used, concurrency).seconds  # D as the selector sees it: records x 100
+    staged = predict_on_tier(plan, size, slow, fast, "slow" if used == "levels" else used, concurrency).seconds  # D as the selector sees it: records x 100
     row["stage_model_seconds"] = round(staged, 3)
     walls = max(1e-6, float(row["exchange_seconds"]))  # type: ignore[arg-type]
     row["stage_model_error"] = round(abs(staged - walls) / walls, 3)
@@ -126,7 +129,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", dest="json_path", default=None)
-    parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 2-level plan, level 2 in Redis)")
+    parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 3-level plan on the slow tier, level 2 in the tasks' memory)")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in ("16MB,64MB" if args.small else args.sizes).split(",")]
     work = Path(tempfile.mkdtemp(prefix="croupier-tiers-"))

@@ -205,7 +205,7 @@ class CroupierGroup(click.Group):
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--calibrate/--no-calibrate", "calibrate", default=None, help="Calibrate a store on its first run here and refine its profile from every run (default), or use the shipped profile.")
 @click.option("--fast-tier", "fast_tier", type=URL, default=None, help="A fast store for exchange objects beside the slow one: redis://host:port[/db]/prefix.")
-@click.option("--tier", type=click.Choice(["auto", "slow", "fast", "hybrid", "levels"]), default=None, help="Where exchanges put their objects: auto (the model chooses per exchange, default), slow, fast, hybrid (rounds through the fast tier, runs on the slow one) or levels (alternate levels of a multi-level exchange on the fast tier); all but slow need --fast-tier.")
+@click.option("--tier", type=click.Choice(["auto", "slow", "fast", "hybrid"]), default=None, help="Where exchanges put their objects: auto (the model chooses per exchange, default), slow, fast, or hybrid (rounds through the fast tier, runs on the slow one); fast and hybrid need --fast-tier.")
 @click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
 @click.pass_context
 def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, workers: int | None, algorithm: str | None, topology: str | None, objective: str | None, budget: float | None, executor: str | None, lithops_config: str | None, progress: bool | None, calibrate: bool | None, fast_tier: str | None, tier: str | None, verbose: bool) -> None:
@@ -260,7 +260,7 @@ def gensort_cmd(ctx: click.Context, out: str, size: int, parts: int | None, seed
 @click.option("--budget", type=USD, default=None, help="Most a run may cost (USD) when minimising time.")
 @click.option("--levels", type=POSITIVE, default=None, help="Use the fewest-edges topology with this many levels.")
 @click.option("--write-combining", is_flag=True, help="One exchange object per worker per level; receivers read byte ranges.")
-@click.option("--algorithm", type=click.Choice(["direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc"]), default=None, help="Fix the exchange algorithm; the selector still picks P and the topology.")
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default=None, help="Fix the exchange algorithm; the selector still picks P and the topology.")
 @click.option("--reducers", type=click.Choice(["lazy", "eager"]), default="lazy", show_default=True, help="eager: start reducers once 25% of mappers finished (direct exchange).")
 @click.option("--overwrite", is_flag=True, help="Replace what OUT already holds.")
 @click.option("--report", "report_path", default=None, callback=_report_path, help="Also write the run report as JSON here.")

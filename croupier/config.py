@@ -171,8 +171,10 @@ class Config:
     workers:             force P for every partitioned exchange of a job (None: the selector's
                          choice, bound when the producers have reported their bytes)
     algorithm:           force the exchange algorithm family of every partitioned exchange:
-                         "direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc"
-                         (the names explain prints); the selector still picks P and the topology
+                         "direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc",
+                         and "3-level+mem", "3-level+wc+mem" (level 2 in the tasks' memory, MinFlow;
+                         see croupier.exchange.levels) — the names explain prints; the selector
+                         still picks P and the topology
     topology:            force the exact topology ("4x3": P=12 in two levels) of every
                          partitioned exchange
     objective:           what the selector minimises: "time" or "cost"
@@ -208,8 +210,7 @@ class Config:
                          ``fast_tier``; falls back to the slow tier if the fast one fills up or
                          dies), "hybrid" (Locus' multi-round exchange: rounds of r bytes through
                          ``fast_tier``, runs on the slow tier; see croupier.exchange.hybrid),
-                         "levels" (MinFlow's memory levels: alternate levels of a multi-level
-                         exchange on ``fast_tier``; see croupier.exchange.levels), or
+                         or
                          "auto" (the default: per exchange, the tier the model predicts best among
                          those that fit, see croupier.model.tier)
     fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
@@ -284,7 +285,7 @@ class Config:
             if location.is_local:
                 raise ConfigError(f"fast_tier must be a Redis store (redis://host:port[/db]/prefix), got {self.fast_tier!r}")
             object.__setattr__(self, "fast_tier", str(location))
-        elif self.tier in ("fast", "hybrid", "levels"):
+        elif self.tier in ("fast", "hybrid"):
             raise ConfigError(f"tier {self.tier!r} needs a fast tier: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...))")
 
     def _check_forcing(self) -> None:
@@ -343,10 +344,10 @@ class Config:
 
 
 #: What ``Config.tier`` may be.
-TIERS = ("auto", "slow", "fast", "hybrid", "levels")
+TIERS = ("auto", "slow", "fast", "hybrid")
 
 #: Exchange algorithm families, as explain prints them.
-ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc")
+ALGORITHMS = ("direct", "direct+wc", "2-level", "2-level+wc", "3-level", "3-level+wc", "3-level+mem", "3-level+wc+mem")
 
 
 def _topology_workers(text: str) -> int:

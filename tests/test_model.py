@@ -95,7 +95,7 @@ def test_selector_searches_from_the_memory_bound_and_can_fix_p() -> None:
     choice = choose(d, profile)
     assert choice.best.workers >= 400 and choice.best.seconds == min(c.seconds for c in choice.candidates)
     fixed = choose(d, profile, workers=36)
-    assert {c.workers for c in fixed.candidates} == {36} and len(fixed.candidates) == len(all_plans(36, 3))
+    assert {c.workers for c in fixed.candidates} == {36} and len(fixed.candidates) == len(all_plans(36, 3, memory=False))  # (a memory level's group of 100 GiB / 12 does not fit a function)
     text = choice.explain(5)
     assert "choice:" in text and "dominated by" in text and "topology" in text
 

@@ -206,11 +206,11 @@ def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None
             names = {t.name for s in c.stages for t in s.terms}
             assert {"fast-tier write bandwidth", "rounds start-up"} <= names or "fast-tier write throughput" in names, names
     small = choose(int(50e6), slow, concurrency=2, senders=4, buckets=16, tiers=TierOptions(fast, 512 << 20, writers=2))
-    assert {c.tier for c in small.candidates} == {"slow", "fast", "levels"}  # fits: fast and memory levels; one round: no hybrid
+    assert {c.tier for c in small.candidates} == {"slow", "fast"}  # fits: fast; one round: no hybrid
     for c in small.candidates:
-        if c.tier == "levels":  # the multi-level plans, their 2nd level in memory, its terms on the fast tier
-            assert c.plan.levels > 1 and "in memory" in c.plan.name
+        if c.tier == "fast" and "in memory" in c.plan.name:  # memory-level plans on the fast tier: their storage levels there
             assert any(t.name.startswith("fast-tier") for s in c.stages for t in s.terms)
+    assert any(c.tier == "fast" and "in memory" in c.plan.name for c in small.candidates)
     fast_pred = next(c for c in small.candidates if c.tier == "fast")
     slow_pred = next(c for c in small.candidates if c.tier == "slow" and c.plan == fast_pred.plan)
     assert fast_pred.stages[0].terms[:3] == slow_pred.stages[0].terms[:3]  # start-up, memory, compute: the same stage model
@@ -270,64 +270,6 @@ def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) 
         assert fast_objects(server.url()) == []
 
 
-# --- memory levels (MinFlow): alternate levels of a multi-level exchange on the fast tier ------------------
-
-
-def test_a_levels_plan_alternates_and_counts_by_tier() -> None:
-    from croupier.exchange.levels import LevelsPlan
-    from croupier.exchange.topology import Topology
-
-    plan = LevelsPlan.alternate(ExchangePlan(Topology((2, 2, 2)), False, 8))
-    assert plan.fast_levels == (1,) and [plan.tier(i) for i in range(3)] == ["slow", "fast", "slow"]
-    assert plan.name == "2-level 2x2x2, level 2 in memory".replace("2-level", "3-level")
-    by_tier = plan.requests_by_tier()
-    assert by_tier["fast"] == {"PUT": 16, "GET": 16, "GET_RANGE": 0} and by_tier["slow"] == {"PUT": 32, "GET": 32, "GET_RANGE": 0}
-    with pytest.raises(ValueError, match="alternate"):
-        LevelsPlan(Topology((2, 2, 2)), False, None, None, (1, 2))
-
-
-def test_sort_with_a_memory_level_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
-    from croupier.exchange.topology import Topology
-
-    slow = FAULT_CONFIG
-    levels = slow.with_(fast_tier=small_redis.url("l"), tier="levels")
-    gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=slow, executor=executor, seed=24)
-    plan = ExchangePlan(Topology((4, 2)), False)
-    reports = {}
-    for name, config in (("slow", slow), ("levels", levels)):
-        out = (tmp_path / name).as_uri()
-        reports[name] = sort((tmp_path / "in").as_uri(), out, 8, config, executor=executor, plan=plan)
-        assert valsort(out, slow, (tmp_path / "in").as_uri(), executor=executor)[0].ok
-        assert leftover_tmp(out, slow) == []
-    same_output(tmp_path / "slow", tmp_path / "levels", slow)
-    report = reports["levels"]
-    (entry,) = report.exchanges
-    assert entry["plan"] == "2-level 4x2, level 2 in memory" and report.summary["tiers"] == {"map": "levels"}, entry
-    x = {s.name: s.exchange for s in report.stages}
-    measured = {
-        "slow": {"PUT": x["map"].requests("PUT"), "GET": x["reduce level 2"].requests("GET"), "GET_RANGE": 0},
-        "fast": {"PUT": x["reduce level 2"].requests("PUT"), "GET": x["reduce"].requests("GET"), "GET_RANGE": 0},
-    }
-    assert measured == entry["predicted_requests_by_tier"] and entry["measured_requests"] == entry["predicted_requests"]
-    assert fast_objects(small_redis.url()) == []
-
-
-def test_group_by_with_a_memory_level_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
-    table = _table(60_000)
-    write_parts(table, tmp_path / "facts", 15_000)
-    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=4, algorithm="2-level+wc")
-    levels = slow.with_(fast_tier=small_redis.url("g"), tier="levels")
-    got = {}
-    for name, config in (("slow", slow), ("levels", levels)):
-        frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n")).sort("k")
-        got[name] = frame.collect(config=config)
-        report = frame.last_run.report
-        assert_requests_match_plans(report)
-    assert got["levels"].equals(got["slow"])
-    assert any("in memory" in e["plan"] for e in report.exchanges), [e["plan"] for e in report.exchanges]
-    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
-
-
 def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
     """Both inputs of a partition-wise join go through hybrid exchanges: they share one P."""
     rng = np.random.default_rng(9)
@@ -364,133 +306,3 @@ def test_explain_lists_the_tier_candidates_beside_the_algorithms(tmp_path: Path)
     assert "    tier: " in text and "the selector over tier x algorithm x P" in text, text
     assert "tier slow" in text and "tier hybrid" in text and "hybrid r=" in text, text
     assert "fast: does not fit" in text
-
-
-def test_redis_killed_before_the_memory_level_is_read_reruns_only_that_level(tmp_path: Path) -> None:
-    """Redis dies as the reducers start reading the memory level (level 2 of 2): only level 2's
-    tasks run again, writing to the slow tier from level 1 (kept there), then the reducers; the
-    sort is byte-identical to the slow tier's and nothing is left on either tier."""
-    from croupier.exchange.topology import Topology
-    from tests.test_tiers import KillingExecutor
-
-    plan = ExchangePlan(Topology((4, 2)), False)
-    with LocalExecutor(Config(concurrency=2)) as plain:
-        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=plain, seed=25)
-        sort((tmp_path / "in").as_uri(), (tmp_path / "slow").as_uri(), 8, FAULT_CONFIG, executor=plain, plan=plan)
-    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
-        server.wait_ready()
-        config = FAULT_CONFIG.with_(fast_tier=server.url("m"), tier="levels")
-        with KillingExecutor(Config(concurrency=2), server, "reduce") as ex:
-            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
-            assert ex.killed == 1
-            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
-        assert result.ok and result.records == 20_000, result.problems
-        same_output(tmp_path / "slow", tmp_path / "out", FAULT_CONFIG)
-        assert "fast_tier_fallback" not in report.summary  # not the whole job again
-        (lost,) = report.summary["fast_tier_reruns"]["map"]
-        assert lost.startswith("level 2 (in memory):") and "ran again" in lost, lost
-        names = [s.name for s in report.stages]
-        assert "reduce level 2 again" in names and not any(n.startswith("map") and n != "map" for n in names), names
-        assert report.stage("reduce level 2 again").tasks == plan.workers
-        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
-        server.restart()  # a killed Redis comes back empty
-        assert fast_objects(server.url()) == []
-
-
-def test_redis_dead_when_the_memory_level_is_written_writes_it_to_the_slow_tier(tmp_path: Path) -> None:
-    """Redis dies as level 2 (the memory level of a 2-level sort) starts writing: that level runs
-    again, writing to the slow tier; the map is not re-run and the sort is right."""
-    from croupier.exchange.topology import Topology
-    from tests.test_tiers import KillingExecutor
-
-    plan = ExchangePlan(Topology((4, 2)), False)
-    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
-        server.wait_ready()
-        config = FAULT_CONFIG.with_(fast_tier=server.url("w"), tier="levels")
-        with KillingExecutor(Config(concurrency=2), server, "map>reduce-L2") as ex:  # (level tasks: <producer>><consumer>-L<k>-<w>)
-            gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=26)
-            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
-            assert ex.killed == 1
-            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
-        assert result.ok and result.records == 20_000, result.problems
-        assert "fast_tier_fallback" not in report.summary
-        (lost,) = report.summary["fast_tier_reruns"]["map"]
-        assert lost.startswith("level 2 (in memory):"), lost
-        assert [s.name for s in report.stages if s.name.startswith("map")] == ["map"]
-        assert "reduce level 2 again" in [s.name for s in report.stages]
-        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
-        server.restart()
-        assert fast_objects(server.url()) == []
-
-
-def test_redis_killed_before_level_3_reads_the_memory_level_reruns_only_level_2(tmp_path: Path) -> None:
-    """A 3-level group-by with level 2 in memory: Redis dies as level 3 starts reading it; only
-    level 2 runs again to the slow tier, then level 3; the result equals the slow tier's."""
-    from tests.test_tiers import KillingExecutor
-
-    table = _table(60_000)
-    write_parts(table, tmp_path / "facts", 15_000)
-    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=8, algorithm="3-level+wc")
-    frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n"))
-    expected = frame.collect(config=slow).sort("k")
-    with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
-        server.wait_ready()
-        levels = slow.with_(fast_tier=server.url("g3"), tier="levels")
-        with KillingExecutor(Config(concurrency=2), server, "s01-partial-agg>s02-final-L3") as ex:
-            got = frame.collect(config=levels, executor=ex).sort("k")
-            assert ex.killed == 1
-        assert got.equals(expected)
-        report = frame.last_run.report
-        assert "fast_tier_fallback" not in report.summary
-        (entry,) = [e for e in report.exchanges if "in memory" in e["plan"]]
-        (lost,) = report.summary["fast_tier_reruns"][entry["producer"]]
-        assert lost.startswith("level 2 (in memory):"), lost
-        assert any(s.name.endswith("level 2 again") for s in report.stages), [s.name for s in report.stages]
-        assert leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
-        server.restart()
-        assert fast_objects(server.url()) == []
-
-
-def test_a_full_redis_refusing_the_memory_level_gets_it_back_emptied(tmp_path: Path) -> None:
-    """Redis at 1 MiB cannot hold a 2 MB memory level: it refuses part of it; the level runs again
-    to the slow tier, what Redis took is deleted there and then (Redis stays up: checked without
-    a restart), and the sort is right."""
-    from croupier.exchange.topology import Topology
-
-    plan = ExchangePlan(Topology((4, 2)), False)
-    with RedisServer(tmp_path / "redis", maxmemory=1 << 20) as server, LocalExecutor(Config(concurrency=2), task_attempts=1) as ex:
-        server.wait_ready()
-        config = FAULT_CONFIG.with_(fast_tier=server.url("f"), tier="levels")
-        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=27)
-        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=plan)
-        result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
-        assert result.ok and result.records == 20_000, result.problems
-        assert "fast_tier_fallback" not in report.summary
-        (lost,) = report.summary["fast_tier_reruns"]["map"]
-        assert lost.startswith("level 2 (in memory):") and "full" in lost, lost
-        assert fast_objects(server.url()) == [] and leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
-
-
-def test_a_level_is_read_where_it_was_written_when_the_choice_changes_meanwhile(tmp_path: Path, small_redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another exchange's recovery may send the run's later memory levels to the slow tier while a
-    level already on the fast tier waits to be read: its readers must still read it there."""
-    from croupier.dag.exchanges import Exchanges
-
-    original = Exchanges._level_batch
-
-    def then_fast_tier_lost_elsewhere(self, stage, bounds, level, **kwargs):  # type: ignore[no-untyped-def]
-        got = original(self, stage, bounds, level, **kwargs)
-        if level == 1:
-            self._fast_lost = "another exchange's fast tier failed"
-        return got
-
-    monkeypatch.setattr(Exchanges, "_level_batch", then_fast_tier_lost_elsewhere)
-    table = _table(60_000)
-    write_parts(table, tmp_path / "facts", 15_000)
-    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=8, algorithm="3-level+wc")
-    frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("k").agg(col("q").sum().alias("sq"), count().alias("n"))
-    expected = frame.collect(config=slow).sort("k")
-    got = frame.collect(config=slow.with_(fast_tier=small_redis.url("c"), tier="levels")).sort("k")
-    assert got.equals(expected)
-    assert any("in memory" in e["plan"] for e in frame.last_run.report.exchanges)
-    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []

@@ -21,7 +21,7 @@ from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
 from croupier.dag.stage import ExchangeInput, ExchangeSink, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
-from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level
+from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level, run_memory_level
 from croupier.dag.tiers import Tiers, fast_tier_failure
 from croupier.errors import ConfigError, CroupierError, StorageError
 from croupier.exchange import move
@@ -54,8 +54,6 @@ class Exchanges:
         self._lock = threading.Lock()
         self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
         self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
-        self._fast_lost = ""  # why the fast tier failed in this run (then memory levels go to the slow tier)
-        self._consumer_bounds: dict[str, dict[str, Bound]] = {}  # consumer stage -> its partition-wise inputs
         if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
             tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
         encoding = self.config.shuffle_encoding(tmp_url)
@@ -85,8 +83,6 @@ class Exchanges:
             producer = inputs[id(source.stage)]
             if source.read == "partition":
                 partitioned = self.bind_partitioned(stage, inputs, out)
-                with self._lock:
-                    self._consumer_bounds[stage.name] = partitioned
                 bound = partitioned[""]
                 mains = [self.exchange_read(bound, j) for j in range(bound.decision.workers)]
             elif source.read == "all":
@@ -145,19 +141,14 @@ class Exchanges:
             assert isinstance(plan, ExchangePlan)
             if plan.workers != template.workers:
                 raise ConfigError(f"stage {stage.name!r}: inputs partitioned {plan.workers} and {template.workers} ways cannot be joined partition-wise")
-            if self.memory_levels(producer) and plan.levels > 1 and not isinstance(plan, (HybridPlan, LevelsPlan)):
-                plan = LevelsPlan.alternate(plan)  # MinFlow: alternate levels in the fast tier
+            if isinstance(template.plan, LevelsPlan) and not producer.early:  # MinFlow: the template's memory levels
+                plan = LevelsPlan(plan.topology, plan.combine, plan.senders, plan.buckets, template.plan.memory)
             bound[name] = self.bound(producer, replace(template, plan=plan))
         self.run_levels(stage, list(bound.values()))
         for b in bound.values():
             out.notes.append(f"reads {b.producer.stage.name}: {format_bytes(b.producer.bytes)} -> {b.decision.how}")
             self.record_exchange(stage, b)
         return bound
-
-    def memory_levels(self, producer: StageOutput) -> bool:
-        """Whether ``producer``'s exchange runs with memory levels (its tier is "levels")."""
-        chosen = self.tiers.chosen.get(producer.stage.name) if self.tiers is not None else None
-        return chosen is not None and chosen[0] == "levels"
 
     def bind_broadcast(self, producer: StageOutput, consumers: int, out: StageOutput) -> Bound:
         decision = self.binder.broadcast(producer.bytes, producer.tasks, consumers)
@@ -178,113 +169,58 @@ class Exchanges:
         return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
 
     def run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
-        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side).
-        A memory level the fast tier loses (or refuses) is written again to the slow tier, only
-        its tasks, and the level reading it runs again (:meth:`recover_levels`)."""
+        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side);
+        a memory level runs in the tasks of the level before it, which write the level after it."""
         deepest = max(b.decision.plan.levels for b in bounds)
         for level in range(1, deepest):
             running = [b for b in bounds if b.done <= level < b.decision.plan.levels]  # (a hybrid's level 2 ran in its rounds)
             if not running:
                 continue
-            try:
-                fresh = self._level_batch(stage, running, level)
-                failure = None
-            except CroupierError as exc:
-                failure = exc
-            if failure is not None:  # (recovered outside the handler: a later error is not chained to this one)
-                if not self.recover_levels(stage, running, failure, level):
-                    raise failure
-                fresh = self._level_batch(stage, running, level, again=True)
+            fresh = self._level_batch(stage, running, level)
             for b in running:
-                self.free_level(b, level - 1)
                 b.advance(*fresh[id(b)])
+                b.done = level + (2 if in_memory(b.decision.plan, level) else 1)
 
-    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, again: bool = False, slow: bool = False) -> dict[int, tuple[list[Written], str]]:
-        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch (``again``: a second
-        time, after the fast tier failed), reading the level before from where each bound says it
-        is; return per bound what its senders wrote and the store they wrote it to. ``slow``: the
-        slow tier whatever the plan says (a memory level the fast tier lost, written again)."""
-        label = f"{stage.name} level {level + 1}" + (" again" if again else "")
+    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int) -> dict[int, tuple[list[Written], str]]:
+        """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch, reading the level
+        before from where each bound says it is; return per bound what its senders wrote and the
+        store they wrote it to. A bound whose ``level`` is a memory level runs one task per group
+        (:meth:`LevelsPlan.members`), which writes level ``level + 1``; the batch is named after
+        the level its tasks write."""
+        memory = {id(b) for b in bounds if in_memory(b.decision.plan, level)}
+        label = f"{stage.name} level {level + 1}" + (f" in memory, level {level + 2}" if memory else "")
         tasks: list[Task] = []
-        owners: list[tuple[Bound, int]] = []
+        owners: list[tuple[Bound, list[int]]] = []
         stores: dict[int, str] = {}
         for b in bounds:
             plan = b.decision.plan
-            url = stores[id(b)] = self.slow_url(b) if slow else self.level_url(b, level)
+            url = stores[id(b)] = self.slow_url(b)
             urls = [u if u != url else "" for u in self.sender_urls(b, level - 1)]  # ("": the task's own store)
-            for w in range(plan.workers):
-                fetches = tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls))
-                inputs = tuple(f.as_input(url) for f in fetches) if self.config.prefetch else ()
-                args = (url, plan, level, w, fetches, self.config.request_timeout, b.prefix, f"x:{b.producer.stage.name}")
-                tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{w}{'-again' if again else ''}", run_level, args, inputs=inputs))
-                owners.append((b, w))
+            channel = f"x:{b.producer.stage.name}"
+            grouped = id(b) in memory
+            groups = [plan.members(level, t) for t in range(plan.group_count(level))] if grouped else [[w] for w in range(plan.workers)]
+            for t, members in enumerate(groups):
+                reads = [tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls)) for w in members]
+                inputs = tuple(f.as_input(url) for fetches in reads for f in fetches) if self.config.prefetch else ()
+                if grouped:
+                    args: tuple[Any, ...] = (url, plan, level, t, tuple(reads), self.config.request_timeout, b.prefix, channel)
+                    tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}m-{t}", run_memory_level, args, inputs=inputs))
+                else:
+                    args = (url, plan, level, members[0], reads[0], self.config.request_timeout, b.prefix, channel)
+                    tasks.append(Task(f"{b.producer.stage.name}>{stage.name}-L{level + 1}-{t}", run_level, args, inputs=inputs))
+                owners.append((b, members))
         results = self._batcher.map(label, tasks)
         self._predict(label)
         fresh: dict[int, list[Written]] = {}
-        for (b, w), result in zip(owners, results):
-            fresh.setdefault(id(b), [None] * b.decision.plan.workers)[w] = result.value["written"]
+        for (b, members), result in zip(owners, results):
+            slots = fresh.setdefault(id(b), [None] * b.decision.plan.workers)
+            written = result.value["written"]
+            for i, w in enumerate(members):
+                slots[w] = written[i] if id(b) in memory else written
         return {id(b): (fresh[id(b)], stores[id(b)]) for b in bounds}
 
-    def recover_levels(self, stage: Stage, bounds: list[Bound], exc: BaseException, level: int) -> bool:
-        """After ``exc`` failed the tasks of level ``level`` (0-based; the consumers when it is the
-        plan's number of levels), which read level ``level - 1``: if the fast tier failed, and that
-        level is a memory level (lost before it was read) or ``level`` is one (refused), recover:
-        a lost level is written again to the slow tier from the level before it (kept there),
-        only its tasks, in one batch for all of ``bounds``; a refused one is left to the caller,
-        whose retry now writes to the slow tier. What either left on the fast tier is deleted, the
-        report says what happened, and the run's later memory levels go to the slow tier. False:
-        nothing to recover (the caller raises ``exc``)."""
-        reason = fast_tier_failure(exc, self.config)
-        if reason is None:
-            return False
-        levels = [b for b in bounds if isinstance(b.decision.plan, LevelsPlan)]
-        lost = [b for b in levels if level - 1 >= 1 and b.decision.plan.tier(level - 1) == "fast" and b.url != self.slow_url(b)]
-        refused = [b for b in levels if level < b.decision.plan.levels and b.decision.plan.tier(level) == "fast" and not self._fast_lost]
-        if not lost and not refused:
-            return False
-        with self._lock:
-            self._fast_lost = reason  # from now on every memory level of the run goes to the slow tier
-        for b in refused:  # whatever part of the level the fast tier took before it failed
-            assert self.tiers is not None  # (a memory level exists only beside a fast tier)
-            self._free(self.tiers.fast(), self.level_keys(b, level, b.prefix))
-            b.producer.lost.append(f"level {level + 1} (in memory): {reason}; it ran again, writing to the slow tier")
-        if lost:
-            for b in lost:  # back to the level before the lost one
-                self._free(b.url, self.level_keys(b, level - 1, b.last_prefix))
-                b.back()
-            fresh = self._level_batch(stage, lost, level - 1, again=True, slow=True)
-            for b in lost:
-                b.advance(*fresh[id(b)])
-                b.producer.lost.append(f"level {level} (in memory): {reason}; its {b.decision.plan.workers} task(s) ran again, writing to the slow tier")
-        return True
-
-    def reads_after_lost_level(self, stage: Stage, out: StageOutput, exc: BaseException, mains: list[Any], sides: list[dict[str, ExchangeRead]]) -> tuple[list[Any], list[dict[str, ExchangeRead]]] | None:
-        """``stage``'s reads once more, after ``exc`` failed its tasks: when the fast tier lost the
-        memory level they read (the last level of a partition-wise input), that level is written
-        again to the slow tier (only its tasks, :meth:`recover_levels`) and the reads point there.
-        None: not such a failure (or the stage writes a hybrid exchange, whose rounds already ran)."""
-        bounds = self._consumer_bounds.get(stage.name)
-        if not bounds or isinstance(out.plan, HybridPlan):
-            return None
-        last = max(b.decision.plan.levels for b in bounds.values())
-        if not self.recover_levels(stage, list(bounds.values()), exc, last):
-            return None
-        mains = [self.exchange_read(bounds[""], j) for j in range(len(mains))]
-        sides = [{name: self.exchange_read(bounds[name], j) if name in bounds else read for name, read in s.items()} for j, s in enumerate(sides)]
-        return mains, sides
-
-    def level_url(self, b: Bound, level: int) -> str:
-        """The store a new ``level`` of ``b`` goes to: the fast tier for a memory level (unless the
-        fast tier failed earlier in this run), else the slow one. Where a level already written
-        is, ``b.url`` says (this choice may have changed since)."""
-        plan = b.decision.plan
-        if isinstance(plan, LevelsPlan) and plan.tier(level) == "fast" and not self._fast_lost:
-            assert self.tiers is not None
-            return self.tiers.fast()
-        return self.slow_url(b)
-
     def slow_url(self, b: Bound) -> str:
-        """Where ``b``'s exchange keeps its slow levels: its producers' store, or the run's temporaries."""
+        """Where ``b``'s exchange keeps its levels 2..k: its producers' store, or the run's temporaries."""
         return b.producer.url or self.tmp_url
 
     def sender_urls(self, b: Bound, level: int) -> list[str]:
@@ -292,21 +228,6 @@ class Exchanges:
         before = b.url or self.slow_url(b)
         senders = b.decision.plan.level_senders(level)
         return [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
-
-    @staticmethod
-    def level_keys(b: Bound, level: int, prefix: str) -> list[str]:
-        """The keys of every object ``level`` of ``b`` writes under ``prefix``."""
-        plan = b.decision.plan
-        return [prefix + o.key for s in range(plan.level_senders(level)) for o in plan.writes(level, s)]
-
-    def free_level(self, b: Bound, level: int) -> None:
-        """Delete a memory level's objects (where they are: ``b.url``) once the next level read
-        them: the fast tier holds one level at a time (a failure to delete is left to the run's
-        cleanup)."""
-        plan = b.decision.plan
-        if not isinstance(plan, LevelsPlan) or plan.tier(level) != "fast":
-            return
-        self._free(b.url, self.level_keys(b, level, b.last_prefix))
 
     def record_exchange(self, consumer: Stage, bound: Bound) -> None:
         """Keep the binding (with the candidates the selector compared) for the run report."""
@@ -324,9 +245,9 @@ class Exchanges:
         chosen = self.tiers.chosen.get(bound.producer.stage.name) if self.tiers is not None else None
         if chosen is not None:  # which tier its objects went to, and the model's candidates per tier
             entry["tier"], entry["tier_why"] = chosen
-        if isinstance(decision.plan, (HybridPlan, LevelsPlan)):  # the requests of each tier, as the plan counts them
+        if isinstance(decision.plan, HybridPlan):  # the requests of each tier, as the plan counts them
             entry["predicted_requests_by_tier"] = decision.plan.requests_by_tier()
-            entry["rounds"] = getattr(decision.plan, "rounds", 0)
+            entry["rounds"] = decision.plan.rounds
         if decision.choice is not None:
             ranked = decision.choice.ranked(8)
             entry["predicted_seconds"] = decision.choice.best.seconds
@@ -489,3 +410,8 @@ def _to_slow(task: Task, slow: str) -> Task:
     (spec,) = task.args
     assert isinstance(spec, TaskSpec) and isinstance(spec.write, ExchangeWrite)
     return replace(task, id=f"{task.id}-again", args=(replace(spec, write=replace(spec.write, url=slow, fallback="")),))
+
+
+def in_memory(plan: Any, level: int) -> bool:
+    """Whether ``level`` (0-based) of ``plan`` is a memory level (MinFlow)."""
+    return isinstance(plan, LevelsPlan) and level in plan.memory

@@ -63,20 +63,12 @@ class Bound:
     written: list[Written]  # what the senders of the last level reported
     last_prefix: str
     done: int = 1  # levels already written (a hybrid exchange's rounds write both of its levels)
-    url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier; a memory level: the fast one)
-    #: per level before the last: (written, prefix, url) of its senders, so that a memory level the
-    #: fast tier lost can be written again from the level before it (levels are kept on the slow tier)
-    history: list[tuple[list[Written], str, str]] = field(default_factory=list)
+    url: str = ""  # the store of the last level, if not the producers' (a hybrid's runs: the slow tier)
 
     def advance(self, written: list[Written], url: str) -> None:
         """The next level was written (``written`` by its senders, to ``url``, under ``prefix``):
-        it is the last now, and the one before it goes into ``history``."""
-        self.history.append((self.written, self.last_prefix, self.url))
+        it is the last now."""
         self.written, self.last_prefix, self.url = written, self.prefix, url
-
-    def back(self) -> None:
-        """Forget the last level: the one before it (from ``history``) is the last again."""
-        self.written, self.last_prefix, self.url = self.history.pop()
 
     def fetches(self, consumer: int) -> list[Fetch]:
         plan = self.decision.plan

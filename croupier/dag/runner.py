@@ -40,7 +40,7 @@ from croupier.dag.splits import ScanPlanner, scan_schema
 from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
 from croupier.dag.tiers import Tiers
-from croupier.errors import ConfigError, CroupierError
+from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.storage.location import parse_location
@@ -154,16 +154,7 @@ class DagRunner:
         mains, sides = self.exchanges.reads(stage, inputs, out)
         out.tasks = len(mains)
         self.exchanges.producer_plan(stage, inputs, out)
-        try:
-            results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, mains, sides))  # (a hybrid exchange: in rounds)
-            failure = None
-        except CroupierError as exc:
-            failure = exc
-        if failure is not None:  # a memory level the fast tier lost: written again to the slow tier, then read again
-            again = self.exchanges.reads_after_lost_level(stage, out, failure, mains, sides)
-            if again is None:
-                raise failure
-            results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, *again, suffix="-again"))
+        results = self.exchanges.run_producers(stage, out, self._tasks(stage, out, mains, sides))  # (a hybrid exchange: in rounds)
         for index, result in enumerate(results):
             self._fold(out, result.value, index)
         out.seconds = time.perf_counter() - started

@@ -31,6 +31,7 @@ from croupier.exchange import move
 from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.move import Fetch
 from croupier.exchange.segments import ordered
+from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.expr import Expr
 from croupier.ops import partition, terasort
@@ -259,6 +260,16 @@ def run_level(ctx: TaskContext, url: str, plan: ExchangePlan | BroadcastPlan, le
     written, nbytes = move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix, lambda other: ctx.store(other, channel))
     wall = time.perf_counter() - started
     return {"written": written, "phases": {"regroup": [float(nbytes), wall, _io_seconds(ctx), 1.0]}}
+
+
+def run_memory_level(ctx: TaskContext, url: str, plan: LevelsPlan, level: int, task: int, fetches: tuple[tuple[Fetch, ...], ...], wait: float, prefix: str, channel: str) -> dict[str, Any]:
+    """Task of a memory level (MinFlow): one group of workers in one task; level ``level`` happens
+    in its memory, and it writes its members' objects of level ``level + 1``."""
+    started = time.perf_counter()
+    out = move.pass_memory_level(ctx.store(url, channel), plan, level, task, fetches, wait, prefix, lambda other: ctx.store(other, channel))
+    wall = time.perf_counter() - started
+    nbytes = float(sum(n for _, n in out))
+    return {"written": [w for w, _ in out], "phases": {"regroup": [nbytes, wall, _io_seconds(ctx), 1.0]}}
 
 
 # --- writing ----------------------------------------------------------------------------------------

@@ -21,9 +21,8 @@ the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
 slow tier instead, and its readers read them there (``StageOutput.where``; the report's
-``summary["fast_tier_spills"]``). A hybrid round or a memory level the fast tier loses (or, for a
-level, refuses) is written again to the slow tier, only its tasks, and read again
-(:meth:`croupier.dag.exchanges.Exchanges.recover_levels`; ``summary["fast_tier_reruns"]``).
+``summary["fast_tier_spills"]``). A hybrid round the fast tier loses is written again to the
+slow tier, only its producers, and read again (``summary["fast_tier_reruns"]``).
 Anything else the fast tier fails — eager consumers, a hybrid's combiners — fails the run with errors
 naming the fast tier; :func:`fast_tier_failure` recognises those, and the query front end runs
 the job once more on the slow tier (see :mod:`croupier.frame.lazy`), saying so in the report
@@ -76,7 +75,7 @@ class Tiers:
             self.chosen[stage] = (choice.label, choice.why)
             if choice.tier == "hybrid":
                 self.rounds[stage] = choice
-            if choice.tier in ("slow", "levels"):  # (memory levels: the producers write to the slow tier)
+            if choice.tier == "slow":
                 return self.slow_url
             return self.fast()
 
@@ -102,9 +101,7 @@ class Tiers:
             return TierChoice("slow", f"the fast tier is unreachable: {_first_line(str(exc))}")
         if config.tier == "hybrid":
             return forced_hybrid(estimate, config, senders, self.slow_url, free)
-        if config.tier == "levels":
-            return TierChoice("levels" if partitioned else "slow", "tier forced: levels" + ("" if partitioned else "; not a partitioned exchange: slow"))
-        allowed = ("slow", "fast", "hybrid", "levels") if partitioned else ("slow", "fast")
+        allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
             from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
 

@@ -29,6 +29,7 @@ from typing import Callable, Sequence, Union
 from croupier.errors import ObjectNotFound, StorageError
 from croupier.exchange import segments
 from croupier.exchange.broadcast import BroadcastPlan
+from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.segments import Chunk
 from croupier.storage import Store
@@ -146,6 +147,19 @@ def pass_level(store: Store, plan: Plan, level: int, worker: int, fetches: Seque
     """An intermediate level's task: receive what level ``level - 1`` sent, pass it on at ``level``
     (writing under key ``prefix``)."""
     return write_level(store, plan, level, worker, fetch(store, fetches, wait, other), prefix)
+
+
+def pass_memory_level(store: Store, plan: LevelsPlan, level: int, task: int, fetches: Sequence[Sequence[Fetch]], wait: float, prefix: str = "", other: Callable[[str], Store] | None = None) -> list[tuple[Written, int]]:
+    """A memory level's task (MinFlow): receive what level ``level - 1`` sent to each member of the
+    task's group (``fetches[i]``: member i's reads), move every chunk to the member whose digit
+    ``level`` is its partition's (in memory, no request), and write each member's objects of level
+    ``level + 1`` under key ``prefix``; per member, in digit order: (written, bytes)."""
+    members = plan.members(level, task)
+    received: dict[int, list[Chunk]] = defaultdict(list)
+    for member_fetches in fetches:
+        for chunk in fetch(store, member_fetches, wait, other):
+            received[plan.topology.digit(plan.partition_of(chunk.bucket), level)].append(chunk)
+    return [write_level(store, plan, level + 1, member, received.get(i, []), prefix) for i, member in enumerate(members)]
 
 
 def get_when_ready(store: Store, key: str, wait: float, byte_range: tuple[int, int] | None = None) -> Buffer:

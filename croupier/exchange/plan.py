@@ -74,6 +74,18 @@ class LevelCount:
 
 
 @dataclass(frozen=True)
+class LevelStage:
+    """One stage of tasks an exchange implies: ``tasks`` tasks that read level ``reads`` (None: the
+    producers, which read their own input) and write level ``writes`` (None: the consumers).
+    ``memory``: the level that happens inside these tasks (a memory level), if any."""
+
+    tasks: int
+    reads: int | None
+    writes: int | None
+    memory: int | None = None
+
+
+@dataclass(frozen=True)
 class ExchangePlan:
     """A k-level exchange (k=1: direct) from M producers to ``topology.workers`` consumers.
 
@@ -155,6 +167,13 @@ class ExchangePlan:
         the hybrid plan combines level 1 only)."""
         return self.combine
 
+    def stages(self) -> list[LevelStage]:
+        """The stages of tasks the exchange implies, producers first, consumers last: M producers
+        writing level 0, the senders of each later level reading the one before, P consumers."""
+        k = self.levels
+        middle = [LevelStage(self.level_senders(i), i - 1, i) for i in range(1, k)]
+        return [LevelStage(self.producers, None, 0), *middle, LevelStage(self.workers, k - 1, None)]
+
     def route(self, level: int, partition: int) -> int:
         """Index, within the sender's group at ``level``, of the receiver a partition goes to."""
         return self.topology.digit(partition, level)
@@ -234,8 +253,14 @@ def requests_by_tier(counts: Iterable[LevelCount], tier_of: Callable[[int], str]
     return out
 
 
-def all_plans(workers: int, max_levels: int | None = None, senders: int | None = None, buckets: int | None = None, combine: tuple[bool, ...] = (False, True)) -> list[ExchangePlan]:
-    """Every candidate topology of ``workers``, each with the write-combining choices ``combine``."""
+def all_plans(
+    workers: int, max_levels: int | None = None, senders: int | None = None, buckets: int | None = None, combine: tuple[bool, ...] = (False, True), memory: bool = True
+) -> list[ExchangePlan]:
+    """Every candidate topology of ``workers``, each with the write-combining choices ``combine``,
+    and (``memory``) each plan of 3 levels or more also with its middle levels in memory
+    (:class:`croupier.exchange.levels.LevelsPlan`)."""
+    from croupier.exchange.levels import memory_plans
     from croupier.exchange.topology import candidates
 
-    return [ExchangePlan(t, c, senders, buckets) for t in candidates(workers, max_levels) for c in combine]
+    plans = [ExchangePlan(t, c, senders, buckets) for t in candidates(workers, max_levels) for c in combine]
+    return plans + memory_plans(plans) if memory else plans

@@ -34,24 +34,35 @@ class LevelMeasure:
 
 
 def stage_names(report: RunReport, plan: ExchangePlan) -> list[str]:
-    """The sort stages that write level 1..k and read level k: map, levels 2..k, the reducers."""
-    return ["map", *[f"reduce level {i + 1}" for i in range(1, plan.levels)], "reduce"]
+    """The sort stages of ``plan`` (:meth:`ExchangePlan.stages`), as the report names them: map,
+    each level's ("reduce level 2" writes level 2; a memory level's group tasks are named
+    "reduce level 2 in memory, level 3"), the reducers."""
+    names = []
+    for stage in plan.stages():
+        if stage.reads is None:
+            names.append("map")
+        elif stage.writes is None:
+            names.append("reduce")
+        else:
+            names.append(f"reduce level {stage.writes + 1}" if stage.memory is None else f"reduce level {stage.memory + 1} in memory, level {stage.writes + 1}")
+    return names
 
 
 def measured_levels(report: RunReport, plan: ExchangePlan) -> list[LevelMeasure]:
-    """Exchange requests per level from a sort's report: level i is written by stage i, read by stage i+1."""
-    stages = [report.stage(name) for name in stage_names(report, plan)]
-    return [
-        LevelMeasure(
-            level,
-            puts=stages[level].exchange.requests("PUT"),
-            gets=stages[level + 1].exchange.requests("GET"),
-            ranged_gets=stages[level + 1].exchange.requests("GET_RANGE"),
-            bytes_written=stages[level].exchange.bytes_written,
-            bytes_read=stages[level + 1].exchange.bytes_read,
-        )
-        for level in range(plan.levels)
-    ]
+    """Exchange requests per level from a sort's report: level i is written by the stage that
+    writes it and read by the stage that reads it (a memory level: neither, no requests)."""
+    stages = plan.stages()
+    reports = [report.stage(name) for name in stage_names(report, plan)]
+    writer = {s.writes: r for s, r in zip(stages, reports) if s.writes is not None}
+    reader = {s.reads: r for s, r in zip(stages, reports) if s.reads is not None}
+    out = []
+    for level in range(plan.levels):
+        w, r = writer.get(level), reader.get(level)
+        if w is None or r is None:  # a memory level
+            out.append(LevelMeasure(level, 0, 0, 0, 0, 0))
+            continue
+        out.append(LevelMeasure(level, puts=w.exchange.requests("PUT"), gets=r.exchange.requests("GET"), ranged_gets=r.exchange.requests("GET_RANGE"), bytes_written=w.exchange.bytes_written, bytes_read=r.exchange.bytes_read))
+    return out
 
 
 def matches(measured: list[LevelMeasure], predicted: list[LevelCount]) -> bool:

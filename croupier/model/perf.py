@@ -138,27 +138,28 @@ def stage_facts(
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
     facts = []
-    for i in range(plan.levels + 1):
-        if i == 0 and producers_done:
+    for stage in plan.stages():
+        if stage.reads is None and producers_done:
             continue
-        name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level-{i + 1}")
-        role = "map" if i == 0 else ("reduce" if i == plan.levels else "level")
-        tasks = plan.level_senders(i) if i < plan.levels else p  # (a hybrid's level 2: R * P combiners)
-        fetched = 0 if i == 0 else counts[i - 1].gets + counts[i - 1].ranged_gets
+        first, last = stage.reads is None, stage.writes is None
+        written = stage.writes if stage.writes is not None else stage.reads
+        assert written is not None
+        name = "map" if first else ("reduce" if last else f"level-{written + 1}")
+        role = "map" if first else ("reduce" if last else "level")
+        fetched = 0 if first else counts[stage.reads].gets + counts[stage.reads].ranged_gets
         # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
-        reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if i == 0 else fetched
-        writes = counts[i].puts if i < plan.levels else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
-        write_bytes = (d * stored if i < plan.levels else d) if writes else 0.0
-        read_bytes = (d * stored if i > 0 else d) if reads else 0.0
-        facts.append(StageFacts(name, tasks, {k: d for k in kinds[role]}, reads, read_bytes, writes, write_bytes, fetched, d * stored if fetched else 0.0))
+        reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if first else fetched
+        writes = counts[stage.writes].puts if not last else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
+        write_bytes = (d * stored if not last else d) if writes else 0.0
+        read_bytes = (d * stored if not first else d) if reads else 0.0
+        facts.append(StageFacts(name, stage.tasks, {k: d for k in kinds[role]}, reads, read_bytes, writes, write_bytes, fetched, d * stored if fetched else 0.0))
     return facts
 
 
 def stage_tasks(prediction: Prediction) -> list[int]:
-    """Tasks of each predicted stage: M producers, then P per level (the producers' stage is
-    absent when the prediction left it out)."""
-    plan = prediction.plan
-    tasks = [plan.producers] + [plan.workers] * plan.levels
+    """Tasks of each predicted stage: M producers, then each level's (a memory level's group
+    tasks), then P consumers (the producers' stage is absent when the prediction left it out)."""
+    tasks = [stage.tasks for stage in prediction.plan.stages()]
     return tasks[len(tasks) - len(prediction.stages) :]
 
 
@@ -174,5 +175,5 @@ def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | Non
     functions = prices.function_gb_second * gb_seconds + prices.invocation * sum(tasks)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))
     writes = prices.write_request * prediction.requests.get("PUT", 0)
-    stored_gb = prediction.data_bytes * prediction.plan.levels / 1e9
+    stored_gb = prediction.data_bytes * sum(1 for c in prediction.plan.counts() if c.objects) / 1e9  # (a memory level stores nothing)
     return functions + reads + writes + prices.storage_gb_second * prediction.seconds * stored_gb

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from croupier.errors import ConfigError
+from croupier.exchange.levels import LevelsPlan, memory_plans
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
@@ -95,6 +96,12 @@ def usable_memory(function_memory: int) -> float:
     return max(1, function_memory - FUNCTION_BASELINE) * MEMORY_SHARE
 
 
+def memory_fits(plan: ExchangePlan, data_bytes: int, profile: StorageProfile) -> bool:
+    """Whether one task of each memory level of ``plan`` (a group of its workers, MinFlow) can hold
+    its group's data in a function; plans without memory levels always fit."""
+    return not isinstance(plan, LevelsPlan) or plan.group_bytes(data_bytes) <= usable_memory(profile.function_memory)
+
+
 def search_range(data_bytes: int, profile: StorageProfile, max_workers: int | None = None) -> range:
     """P from ceil(D / usable memory) to the largest P worth trying."""
     low = max(1, math.ceil(data_bytes / usable_memory(profile.function_memory)))
@@ -136,6 +143,7 @@ def choose(
     producers_done: bool = False,
     phases: dict[str, tuple[str, ...]] | None = None,
     tiers: TierOptions | None = None,
+    memory_levels: bool = True,
 ) -> Choice:
     """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given; only plans of
     the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given; exactly
@@ -155,13 +163,14 @@ def choose(
     if topology is not None:
         sizes = [topology.workers]
         plans = [ExchangePlan(topology, c, senders, buckets) for c in combine]
+        plans += memory_plans(plans) if memory_levels else []
     else:
         sizes = [workers] if workers else _fitting_sizes(data_bytes, profile, max_workers, buckets)
-        plans = [plan for p in sizes for plan in all_plans(p, max_levels, senders, buckets, combine)]
-    plans = [plan for plan in plans if algorithm is None or plan.family == algorithm]
+        plans = [plan for p in sizes for plan in all_plans(p, max_levels, senders, buckets, combine, memory_levels)]
+    plans = [plan for plan in plans if (algorithm is None or plan.family == algorithm) and memory_fits(plan, data_bytes, profile)]
     if not plans:
         late = " (late binding: the producers wrote before P was known, so only write-combined plans, P <= B)" if buckets is not None else ""
-        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc")
+        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc, and k-level (k >= 3) with +mem, whose group of workers must fit one function's memory")
     candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
     if tiers is not None:
         if "slow" not in tiers.allowed:

@@ -363,7 +363,7 @@ def fast_storage_profile(slow: StorageProfile, fast: FastTierProfile, flight: fl
 
 def level_tier(plan: Any, level: int, tier: str) -> str:
     """The tier of the objects ``plan`` writes at ``level`` when its exchange runs on ``tier``."""
-    if tier in ("hybrid", "levels"):
+    if tier == "hybrid":
         return str(plan.tier(level))
     return tier
 
@@ -383,12 +383,10 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     if tier == "slow" or fast is None:
         return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
     facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases))
-    first = 1 if producers_done else 0
     stages = []
-    for offset, f in enumerate(facts):
-        i = first + offset
-        writes_fast = i < plan.levels and level_tier(plan, i, tier) == "fast"
-        fetches_fast = i > 0 and level_tier(plan, i - 1, tier) == "fast"
+    for f, stage in zip(facts, plan.stages()[1 if producers_done else 0 :]):
+        writes_fast = stage.writes is not None and level_tier(plan, stage.writes, tier) == "fast"
+        fetches_fast = stage.reads is not None and level_tier(plan, stage.reads, tier) == "fast"
         slow_part = replace(
             f,
             reads=f.reads - (f.exchange_reads if fetches_fast else 0),
@@ -417,7 +415,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         # its requests, and the imbalance of unequal tasks on them (the slow part's covers the rest)
         extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write", "imbalance")) and t.seconds)
         terms = base.terms + extra
-        if tier == "hybrid" and i < 2 and plan.rounds > 1:  # the rounds: one stage start-up more per round
+        if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # (its producers and combiners)  # the rounds: one stage start-up more per round
             startup = base.terms[0]
             terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
         spread = dict(base.spread)
@@ -429,9 +427,13 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     fast_requests = sum(on_fast.values())
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
     held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
-    held = data_bytes * MEMORY_OVERHEAD if tier == "levels" else held
     usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
+
+
+def stored_levels(plan: Any) -> int:
+    """Levels of ``plan`` whose objects are stored (a memory level's are not)."""
+    return sum(1 for count in plan.counts() if count.objects)
 
 
 @dataclass(frozen=True)
@@ -442,7 +444,7 @@ class TierOptions:
 
     fast: FastTierProfile
     free: float | None = None
-    allowed: tuple[str, ...] = ("slow", "fast", "hybrid", "levels")
+    allowed: tuple[str, ...] = ("slow", "fast", "hybrid")
     writers: int = 0
 
 
@@ -453,12 +455,8 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
     fast = options.fast
     if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
         in_flight = options.writers * data_bytes / max(1, senders or 1)
-        fitting = [plan for plan in plans if fast.fits(data_bytes * plan.levels + in_flight, options.free)]
+        fitting = [plan for plan in plans if fast.fits(data_bytes * stored_levels(plan) + in_flight, options.free)]
         out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
-    if "levels" in options.allowed and fast.fits(data_bytes + options.writers * data_bytes / max(1, senders or 1), options.free):
-        from croupier.exchange.levels import LevelsPlan  # MinFlow: alternate levels in memory (one level at a time on the fast tier)
-
-        out += [predict_on_tier(LevelsPlan.alternate(plan), data_bytes, slow, fast, "levels", concurrency, producers_done, phases) for plan in plans if plan.levels > 1]
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):
             m_all = senders or p

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croupier.errors import ConfigError
+from croupier.exchange.plan import ExchangePlan
 from croupier.model.perf import Prediction, stage_facts, stored_ratio
 from croupier.model.perf import cost as selector_cost
 from croupier.model.profile import Prices, StorageProfile
@@ -265,7 +266,7 @@ def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Price
     ``function_seconds``: bill that many function-seconds instead (another accounting's)."""
     plan = prediction.plan
     gb = profile.function_memory / 2**30
-    tasks = [plan.producers] + [plan.workers] * plan.levels
+    tasks = [stage.tasks for stage in plan.stages()]
     if function_seconds is None:
         gb_s = sum(s.function_seconds(min(t, profile.concurrency)) * gb for t, s in zip(tasks, prediction.stages[-len(tasks):]))
     else:
@@ -359,7 +360,7 @@ def steady_partitions(platform: Platform, seconds: float) -> int:
 def _choose(size: int, profile: StorageProfile, options: PlanOptions) -> Choice:
     """The selector over the P it would compare, plus smooth P when memory forces P above the
     concurrency (see :func:`smooth_sizes`); one :class:`Choice` over all candidates."""
-    args = dict(concurrency=profile.concurrency, max_levels=options.max_levels, algorithm=options.algorithm, phases=options.phases())
+    args = dict(concurrency=profile.concurrency, max_levels=options.max_levels, algorithm=options.algorithm, phases=options.phases(), memory_levels=memory_levels(profile, options))
     if options.workers:
         return choose(size, profile, options.objective, options.budget, workers=options.workers, **args)  # type: ignore[arg-type]
     low = math.ceil(size / (profile.function_memory * MEMORY_SHARE))
@@ -409,7 +410,7 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
     elif options.accounting != "croupier":
         raise ConfigError(f"accounting must be 'croupier' or 'locus', got {options.accounting!r}")
     best = choice.best
-    names = ("map",) + tuple(f"level {i + 1}" for i in range(1, best.plan.levels)) + ("reduce",)
+    names = stage_names(best.plan)
     cost = exchange_cost(best, profile, platform.prices, tier, output_writes=not options.exchange_only, function_seconds=billed)
     notes = _notes(profile, tier, options, size)
     if billed is not None:
@@ -421,6 +422,18 @@ def plan_sort(size: int, options: PlanOptions) -> CloudPlan:
     exchange = PlannedExchange("sort", size, "given", choice, cost, names)
     what = "exchange" if options.exchange_only else "sort"
     return CloudPlan(f"{what} of {size / 1e12:g} TB" if size >= 1e12 else f"{what} of {size / 1e9:g} GB", platform, profile, options, (exchange,), tuple(notes))
+
+
+def stage_names(plan: ExchangePlan) -> tuple[str, ...]:
+    """The physical stages of a sort through ``plan``: map, "level i" per level stage (a memory
+    level's: "level 3 (level 2 in memory)"), reduce."""
+    names = []
+    for stage in plan.stages():
+        if stage.reads is None or stage.writes is None:
+            names.append("map" if stage.reads is None else "reduce")
+        else:
+            names.append(f"level {stage.writes + 1}" + (f" (level {stage.memory + 1} in memory)" if stage.memory is not None else ""))
+    return tuple(names)
 
 
 #: What :func:`locus_accounting` assumes, as plans and bench/papers.py print it.
@@ -456,7 +469,7 @@ def locus_accounting(prediction: Prediction, profile: StorageProfile, phases: di
 
 
 def _notes(profile: StorageProfile, tier: FastTier | None, options: PlanOptions, size: int) -> list[str]:
-    notes = []
+    notes = [] if memory_levels(profile, options) else [NO_MEMORY_LEVELS]
     lowest = math.ceil(size / (profile.function_memory * 0.25))
     if lowest > profile.concurrency:
         notes.append(f"P >= {lowest:,} (a quarter of each function's memory holds its data), so stages run in {math.ceil(lowest / profile.concurrency):,} waves of {profile.concurrency}")
@@ -472,7 +485,21 @@ def _choose_query(size: int, profile: StorageProfile, options: PlanOptions, send
     return choose(
         size, profile, options.objective, options.budget, workers=options.workers, concurrency=profile.concurrency,
         max_levels=options.max_levels, algorithm=options.algorithm, senders=senders, phases=phases,
+        memory_levels=memory_levels(profile, options),
     )  # fmt: skip
+
+
+#: Why the cloud planner leaves memory-level plans out on a function network (see :func:`memory_levels`).
+NO_MEMORY_LEVELS = (
+    "memory-level plans are left out: the function network model gives every task the bandwidth of a task moving D/P bytes, "
+    "and a memory level's tasks move g*D/P (their token bucket runs dry sooner), so the model would favour them wrongly"
+)
+
+
+def memory_levels(profile: StorageProfile, options: PlanOptions) -> bool:
+    """Whether the planner weighs memory-level plans: not on a cloud platform's function network,
+    whose per-task bandwidth (:func:`croupier.sim.platform.networked`) is fitted to tasks of D/P."""
+    return not (options.network and profile.name in PLATFORM_OF_PROFILE)
 
 
 def plan_query(query: str, tables: dict[str, str], options: PlanOptions) -> CloudPlan:

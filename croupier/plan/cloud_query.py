@@ -65,7 +65,7 @@ def plan_query(query: str, tables: dict[str, str], options: Any) -> Any:
     """A :class:`croupier.plan.cloud.CloudPlan` for ``query`` over ``tables``."""
     from croupier.dag.binding import stage_kinds
     from croupier.dag.stage import ExchangeInput, ExchangeSink, ScanSource, SinglePartitioning, UnionSource
-    from croupier.plan.cloud import CloudPlan, PlannedExchange, _choose_query, exchange_cost, exchange_profile
+    from croupier.plan.cloud import CloudPlan, PlannedExchange, _choose_query, exchange_cost, exchange_profile, stage_names
     from croupier.plan.compile import Compiler, finish
     from croupier.sql import sql
 
@@ -135,7 +135,7 @@ def plan_query(query: str, tables: dict[str, str], options: Any) -> Any:
             continue
         best = choice.best
         cname = consumer.name if consumer is not None else "consumers"
-        names = (stage.name,) + tuple(f"{stage.name} level {i + 1}" for i in range(1, best.plan.levels)) + (cname,)
+        names = (stage.name,) + tuple(f"{stage.name} {name}" for name in stage_names(best.plan)[1:-1]) + (cname,)
         cost = exchange_cost(best, profile, platform.prices, tier, output_writes=False)
         kind = type(sink.partitioning).__name__.removesuffix("Partitioning").lower()
         planned.append(PlannedExchange(f"{stage.name} -> {cname} ({kind})", nbytes, "from scanned table sizes" if isinstance(stage.source, ScanSource) else "upper bound from its inputs", choice, cost, names))

@@ -306,27 +306,30 @@ def sort_stages(
     stored = stored_ratio(profile, kinds_of)
     facts = stage_facts(plan, data_bytes, phases=kinds_of, stored=stored)
     stages = []
-    for i in range(plan.levels + 1):
-        name = "map" if i == 0 else ("reduce" if i == plan.levels else f"level {i + 1}")
-        tasks_n = plan.producers if i == 0 else plan.workers
+    for i, stage in enumerate(plan.stages()):
+        first, last = stage.reads is None, stage.writes is None
+        name = "map" if first else ("reduce" if last else f"level {stage.writes + 1}")
+        tasks_n = stage.tasks
         per_task = d / tasks_n
         per_byte, per_call = kind_seconds(facts[i], profile)
         compute = (sum(per_byte.values()) + sum(per_call.values())) / max(1, facts[i].tasks)
         touch = first_touch_seconds(facts[i], profile)
         tasks = []
         for t in range(tasks_n if exact else 1):
-            if i == 0:
+            members = plan.members(stage.memory, t) if stage.memory is not None else [t]  # (a memory level: its group's workers)
+            if first:
                 reads, rstore, rstreams = (() if exchange_only else (Batch(f"input/part-{t:06d}", 1, per_task),)), "store", 1
             else:
-                rkeys = [r.key for r in plan.reads(i - 1, t)] if exact else _rep_keys(i - 1, counts[i - 1].gets + counts[i - 1].ranged_gets, plan.workers)
-                rsize = d * stored / max(1, counts[i - 1].gets + counts[i - 1].ranged_gets)
+                fetched = counts[stage.reads].gets + counts[stage.reads].ranged_gets
+                rkeys = [r.key for w in members for r in plan.reads(stage.reads, w)] if exact else _rep_keys(stage.reads, fetched, tasks_n)
+                rsize = d * stored / max(1, fetched)
                 reads = batches(rkeys, [rsize] * len(rkeys), quantum)
                 rstore, rstreams = tier, min(FETCH_THREADS, len(rkeys))
-            if i == plan.levels:
+            if last:
                 writes, wstore = (() if exchange_only else (Batch(f"output/part-{t:06d}", 1, per_task),)), "store"
             else:
-                wkeys = [w.key for w in plan.writes(i, t)] if exact else _rep_keys(i, counts[i].puts, tasks_n)
-                wsize = d * stored / max(1, counts[i].puts)
+                wkeys = [o.key for w in members for o in plan.writes(stage.writes, w)] if exact else _rep_keys(stage.writes, counts[stage.writes].puts, tasks_n)
+                wsize = d * stored / max(1, counts[stage.writes].puts)
                 writes, wstore = batches(wkeys, [wsize] * len(wkeys), quantum), tier
             tasks.append(TaskIO(reads, rstore, rstreams, compute, writes, wstore, max(1, min(write_streams, sum(b.count for b in writes))), not exact, touch))
         if not exact:
