@@ -39,7 +39,8 @@ from tests.test_tiers import FAULT_CONFIG, assert_requests_match_plans, fast_obj
 
 @st.composite
 def memory_level_plans(draw: st.DrawFn) -> LevelsPlan:
-    groups = tuple(draw(st.lists(st.integers(2, 4), min_size=3, max_size=4)))
+    """3 or 4 levels of groups 2..4, or 5 levels of 2s and 3s (two memory levels: 2 and 4)."""
+    groups = tuple(draw(st.one_of(st.lists(st.integers(2, 4), min_size=3, max_size=4), st.lists(st.integers(2, 3), min_size=5, max_size=5).filter(lambda g: prod(g) <= 48))))
     p = prod(groups)
     senders = draw(st.one_of(st.none(), st.integers(1, p + 3)))
     buckets = draw(st.one_of(st.none(), st.integers(p, 2 * p)))
@@ -112,6 +113,7 @@ def test_the_executor_delivers_what_the_storage_levels_deliver_with_fewer_reques
 
 def test_only_middle_levels_alternating_may_be_in_memory() -> None:
     assert LevelsPlan.alternate(ExchangePlan(Topology((4, 4)))) is None  # 2 levels: no middle level
+    assert LevelsPlan.alternate(ExchangePlan(Topology((2, 2, 2, 2, 2)))).memory == (1, 3)  # type: ignore[union-attr]
     plan = LevelsPlan.alternate(ExchangePlan(Topology((2, 2, 2, 2)), True))
     assert plan is not None and plan.memory == (1,) and plan.name == "4-level 2x2x2x2+wc, level 2 in memory" and plan.family == "4-level+wc+mem"
     with pytest.raises(ValueError, match="middle levels"):
@@ -123,6 +125,7 @@ def test_only_middle_levels_alternating_may_be_in_memory() -> None:
     with pytest.raises(ValueError, match="not a memory level"):
         plan.members(2, 0)
     assert [p.name for p in memory_plans(all_plans(8, 3, memory=False))] == ["3-level 2x2x2, level 2 in memory", "3-level 2x2x2+wc, level 2 in memory"]
+    assert not any(isinstance(p, LevelsPlan) for p in all_plans(16, 2))  # --max-levels 2: no 3-level memory plan either
 
 
 def test_the_selector_weighs_memory_levels_and_keeps_groups_within_a_function() -> None:
@@ -139,6 +142,26 @@ def test_the_selector_weighs_memory_levels_and_keeps_groups_within_a_function() 
     assert not any(isinstance(c.plan, LevelsPlan) for c in choose(big, profile, workers=16).candidates)
     with pytest.raises(ConfigError, match=r"\+mem"):
         choose(big, profile, workers=16, algorithm="3-level+wc+mem")
+    # a forced topology is that plan; with a +mem algorithm, that plan with its middle level in memory
+    assert not any(isinstance(c.plan, LevelsPlan) for c in choose(256 << 20, profile, topology=Topology((16,))).candidates)
+    forced = choose(256 << 20, profile, topology=Topology((4, 2, 2)), algorithm="3-level+wc+mem")
+    assert [c.plan.name for c in forced.candidates] == ["3-level 4x2x2+wc, level 2 in memory"]
+
+
+def test_a_forced_memory_level_algorithm_binds_late_as_every_write_combined_one() -> None:
+    """'3-level+wc+mem' writes level 1 combined, so its P is bound after the producers wrote, like
+    '3-level+wc' (a plain forced algorithm binds early); each stage counts its own tasks."""
+    from croupier.dag.binding import Binder
+    from croupier.exchange.hybrid import HybridPlan
+    from croupier.model.perf import predict, stage_tasks
+
+    needs = {a: Binder(Config(algorithm=a), "file:///tmp/x").needs_early() for a in ("3-level+wc+mem", "3-level+mem", "3-level+wc", "3-level")}
+    assert needs == {"3-level+wc+mem": False, "3-level+mem": True, "3-level+wc": False, "3-level": True}
+    profile = StorageProfile.load("local")
+    hybrid = HybridPlan.build(16, 32, 8)
+    assert stage_tasks(predict(hybrid, 1 << 30, profile)) == [32, 4 * 16, 16]  # M producers, R * P combiners, P consumers
+    mem = LevelsPlan(Topology((4, 2, 2)), True, 12, None, (1,))
+    assert stage_tasks(predict(mem, 1 << 30, profile)) == [12, 8, 16]
 
 
 # --- through the one engine ---------------------------------------------------------------------------
@@ -174,6 +197,19 @@ def test_sort_with_a_memory_level_is_byte_identical_and_counts_the_plan(tmp_path
     assert entry["plan"] == plan.name and entry["measured_requests"] == entry["predicted_requests"], entry
 
 
+def test_a_sort_the_selector_plans_with_a_memory_level_compares_every_stage(tmp_path: Path, executor: LocalExecutor) -> None:
+    """Forced '3-level+wc+mem', the selector picks P and the groups: the sort is right and the run
+    report puts a measured time beside every predicted stage, the memory level's included."""
+    config = FAULT_CONFIG.with_(algorithm="3-level+wc+mem")
+    gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=config, executor=executor, seed=33)
+    report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
+    assert valsort((tmp_path / "out").as_uri(), config, (tmp_path / "in").as_uri(), executor=executor)[0].ok
+    (entry,) = report.exchanges
+    assert entry["plan"].endswith("level 2 in memory") and entry["measured_requests"] == entry["predicted_requests"], entry
+    compared = report.summary["predicted/measured s"]
+    assert "nan" not in compared and "level-3" in compared, compared
+
+
 def _facts(n: int) -> pl.DataFrame:
     rng = np.random.default_rng(8)
     return pl.DataFrame({"k": rng.integers(0, 500, n).astype(np.int64), "q": rng.integers(1, 9, n), "s": [("a", "b", None)[i] for i in rng.integers(0, 3, n)]})
@@ -191,13 +227,34 @@ def test_queries_with_memory_levels_answer_like_polars(tmp_path: Path) -> None:
     expected = facts.lazy().group_by("k", "s").agg(pl.col("q").sum().alias("sq"), pl.len().alias("n")).sort("k", "s").collect()
     assert grouped.collect(config=config).equals(expected)
     report = grouped.last_run.report
-    assert report.exchanges and all(e["plan"].endswith("level 2 in memory") for e in report.exchanges if e["workers"] == 8), report.exchanges
+    partitioned = [e for e in report.exchanges if e["workers"] == 8]
+    assert partitioned and all(e["plan"].endswith("level 2 in memory") for e in partitioned), report.exchanges
     assert_requests_match_plans(report)
     joined = cf.scan_parquet(str(tmp_path / "facts")).join(cf.scan_parquet(str(tmp_path / "dims")), on="k").group_by("name").agg(col("q").sum().alias("sq")).sort("name")
     expected = facts.lazy().join(dims.lazy(), on="k").group_by("name").agg(pl.col("q").sum().alias("sq")).sort("name").collect()
     assert joined.collect(config=config).equals(expected)
     report = joined.last_run.report
     assert sum(1 for e in report.exchanges if e["plan"].endswith("level 2 in memory")) >= 2, report.exchanges
+    assert_requests_match_plans(report)
+    assert leftover_tmp((tmp_path / "tmp").as_uri(), config) == []
+
+
+def test_late_bound_exchanges_carry_their_memory_levels_to_every_joined_side(tmp_path: Path) -> None:
+    """No P forced: every exchange is bound after its producers wrote B > P fine buckets, and the
+    selector picks P among '3-level+wc+mem' plans; a partition-wise join's two sides get the same
+    memory-level plan; the answers equal Polars'."""
+    facts = _facts(60_000)
+    dims = pl.DataFrame({"k": np.arange(500, dtype=np.int64), "name": [f"n{i % 37}" for i in range(500)]})
+    write_parts(facts, tmp_path / "facts", 15_000)
+    write_parts(dims, tmp_path / "dims", 125)
+    config = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), algorithm="3-level+wc+mem", broadcast_limit=0)
+    joined = cf.scan_parquet(str(tmp_path / "facts")).join(cf.scan_parquet(str(tmp_path / "dims")), on="k").group_by("name").agg(col("q").sum().alias("sq")).sort("name")
+    expected = facts.lazy().join(dims.lazy(), on="k").group_by("name").agg(pl.col("q").sum().alias("sq")).sort("name").collect()
+    assert joined.collect(config=config).equals(expected)
+    report = joined.last_run.report
+    sides = [e for e in report.exchanges if e["consumer"] == report.exchanges[0]["consumer"]]
+    assert len(sides) == 2 and sides[0]["plan"] == sides[1]["plan"] and sides[0]["plan"].endswith("level 2 in memory"), report.exchanges
+    assert "bound before" not in sides[0]["how"], sides[0]["how"]  # late, from the measured bytes
     assert_requests_match_plans(report)
     assert leftover_tmp((tmp_path / "tmp").as_uri(), config) == []
 

@@ -78,7 +78,7 @@ class Binder:
     def needs_early(self) -> bool:
         """Whether the forced algorithm needs P before the producers write (plain level 1)."""
         algorithm = self.config.algorithm
-        return algorithm is not None and not algorithm.endswith("+wc")
+        return algorithm is not None and "wc" not in algorithm.split("+")
 
     def binds_early(self, sink: ExchangeSink) -> bool:
         """Whether the exchange of ``sink`` (without a plan of its own) is bound before its

@@ -169,26 +169,30 @@ class Exchanges:
         return Bound(producer, decision, prefix, list(producer.written), producer.prefix)
 
     def run_levels(self, stage: Stage, bounds: list[Bound]) -> None:
-        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side);
-        a memory level runs in the tasks of the level before it, which write the level after it."""
+        """Run levels 2..k of every bound exchange (one batch per level, exchanges side by side); a
+        memory level L runs as group tasks that read level L - 1 and write level L + 1 (a batch of
+        its own beside the plain level tasks of other exchanges, if any)."""
         deepest = max(b.decision.plan.levels for b in bounds)
         for level in range(1, deepest):
             running = [b for b in bounds if b.done <= level < b.decision.plan.levels]  # (a hybrid's level 2 ran in its rounds)
             if not running:
                 continue
-            fresh = self._level_batch(stage, running, level)
+            fresh: dict[int, tuple[list[Written], str]] = {}
+            for grouped in (False, True):  # (one batch of plain level tasks, one of memory-level group tasks)
+                batch = [b for b in running if in_memory(b.decision.plan, level) == grouped]
+                if batch:
+                    fresh.update(self._level_batch(stage, batch, level, grouped))
             for b in running:
                 b.advance(*fresh[id(b)])
                 b.done = level + (2 if in_memory(b.decision.plan, level) else 1)
 
-    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int) -> dict[int, tuple[list[Written], str]]:
+    def _level_batch(self, stage: Stage, bounds: list[Bound], level: int, grouped: bool) -> dict[int, tuple[list[Written], str]]:
         """Run ``level`` (0-based) of every exchange of ``bounds`` as one batch, reading the level
         before from where each bound says it is; return per bound what its senders wrote and the
-        store they wrote it to. A bound whose ``level`` is a memory level runs one task per group
-        (:meth:`LevelsPlan.members`), which writes level ``level + 1``; the batch is named after
-        the level its tasks write."""
-        memory = {id(b) for b in bounds if in_memory(b.decision.plan, level)}
-        label = f"{stage.name} level {level + 1}" + (f" in memory, level {level + 2}" if memory else "")
+        store they wrote it to. ``grouped``: ``level`` is a memory level of every bound, run as one
+        task per group (:meth:`LevelsPlan.members`) that writes level ``level + 1``; the batch
+        is named after the levels its tasks do."""
+        label = f"{stage.name} level {level + 1}" + (f" in memory, level {level + 2}" if grouped else "")
         tasks: list[Task] = []
         owners: list[tuple[Bound, list[int]]] = []
         stores: dict[int, str] = {}
@@ -197,7 +201,6 @@ class Exchanges:
             url = stores[id(b)] = self.slow_url(b)
             urls = [u if u != url else "" for u in self.sender_urls(b, level - 1)]  # ("": the task's own store)
             channel = f"x:{b.producer.stage.name}"
-            grouped = id(b) in memory
             groups = [plan.members(level, t) for t in range(plan.group_count(level))] if grouped else [[w] for w in range(plan.workers)]
             for t, members in enumerate(groups):
                 reads = [tuple(move.fetches_for(plan, level - 1, w, b.written, b.last_prefix, urls)) for w in members]
@@ -216,7 +219,7 @@ class Exchanges:
             slots = fresh.setdefault(id(b), [None] * b.decision.plan.workers)
             written = result.value["written"]
             for i, w in enumerate(members):
-                slots[w] = written[i] if id(b) in memory else written
+                slots[w] = written[i] if grouped else written
         return {id(b): (fresh[id(b)], stores[id(b)]) for b in bounds}
 
     def slow_url(self, b: Bound) -> str:

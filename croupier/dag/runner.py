@@ -162,10 +162,10 @@ class DagRunner:
             self.outputs.append(out)
         return out
 
-    def _tasks(self, stage: Stage, out: StageOutput, mains: list[Any], sides: list[dict[str, Any]], suffix: str = "") -> list[Task]:
+    def _tasks(self, stage: Stage, out: StageOutput, mains: list[Any], sides: list[dict[str, Any]]) -> list[Task]:
         """The stage's tasks: one per main read, with its side reads and its write."""
         specs = [TaskSpec(i, main, sides[i], stage.ops, self._write(stage, i, out)) for i, main in enumerate(mains)]
-        return [Task(f"{stage.name}-{s.index}{suffix}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
+        return [Task(f"{stage.name}-{s.index}", run_task, (s,), inputs=s.inputs() if self.config.prefetch else ()) for s in specs]
 
     def _run_fused(self, stage: Stage) -> StageOutput:
         """Eager consumers (SEER §5.1): run the producer stage and ``stage`` in one executor call;

@@ -126,7 +126,7 @@ def memory_topologies(workers: int) -> list[Topology]:
     :data:`MEMORY_GROUPS`: g1 x g3 the fewest-edges split of P / g (the storage levels' edges)."""
     from croupier.exchange.topology import candidates
 
-    out = []
+    out: list[Topology] = []
     for g in MEMORY_GROUPS:
         if workers % g or workers // g < 4:
             continue
@@ -137,10 +137,12 @@ def memory_topologies(workers: int) -> list[Topology]:
     return out
 
 
-def memory_plans(plans: list[ExchangePlan]) -> list[ExchangePlan]:
+def memory_plans(plans: list[ExchangePlan], max_levels: int | None = None) -> list[ExchangePlan]:
     """Memory-level candidates beside ``plans`` (plain plans of one P and M): the variant
     (:meth:`LevelsPlan.alternate`) of every plan of 3 levels or more, and per write-combining
-    choice the 3-level :func:`memory_topologies`, each once."""
+    choice the 3-level :func:`memory_topologies`, each once; none when ``max_levels`` < 3."""
+    if max_levels is not None and max_levels < 3:
+        return []
     out: dict[tuple[tuple[int, ...], bool], LevelsPlan] = {}
     for plan in plans:
         if type(plan) is not ExchangePlan:

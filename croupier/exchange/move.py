@@ -156,9 +156,8 @@ def pass_memory_level(store: Store, plan: LevelsPlan, level: int, task: int, fet
     ``level + 1`` under key ``prefix``; per member, in digit order: (written, bytes)."""
     members = plan.members(level, task)
     received: dict[int, list[Chunk]] = defaultdict(list)
-    for member_fetches in fetches:
-        for chunk in fetch(store, member_fetches, wait, other):
-            received[plan.topology.digit(plan.partition_of(chunk.bucket), level)].append(chunk)
+    for chunk in fetch(store, [f for member in fetches for f in member], wait, other):  # (every member's reads in flight together)
+        received[plan.topology.digit(plan.partition_of(chunk.bucket), level)].append(chunk)
     return [write_level(store, plan, level + 1, member, received.get(i, []), prefix) for i, member in enumerate(members)]
 
 

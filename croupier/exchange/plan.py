@@ -243,7 +243,7 @@ class ExchangePlan:
 
 def requests_by_tier(counts: Iterable[LevelCount], tier_of: Callable[[int], str]) -> dict[str, dict[str, int]]:
     """The requests of ``counts`` by kind on each tier ("fast", "slow"), a level's tier given by
-    ``tier_of(level)`` (plans whose levels live on different tiers: hybrid, memory levels)."""
+    ``tier_of(level)`` (plans whose levels live on different tiers: the hybrid)."""
     out = {t: {"PUT": 0, "GET": 0, "GET_RANGE": 0} for t in ("fast", "slow")}
     for count in counts:
         got = out[tier_of(count.level)]
@@ -263,4 +263,4 @@ def all_plans(
     from croupier.exchange.topology import candidates
 
     plans = [ExchangePlan(t, c, senders, buckets) for t in candidates(workers, max_levels) for c in combine]
-    return plans + memory_plans(plans) if memory else plans
+    return plans + memory_plans(plans, max_levels) if memory else plans

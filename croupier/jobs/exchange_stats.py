@@ -75,6 +75,8 @@ def matches(measured: list[LevelMeasure], predicted: list[LevelCount]) -> bool:
 def formula(plan: ExchangePlan, count: LevelCount) -> str:
     """The formula behind one level's prediction, spelled out."""
     s, g = plan.level_senders(count.level), count.group
+    if not count.objects:
+        return f"in memory: {plan.workers // g} task(s) of {g} workers, no requests"
     if plan.combine:
         return f"PUT S={s}; GET_RANGE S*g={s}*{g}"
     return f"PUT=GET S*g={s}*{g}"

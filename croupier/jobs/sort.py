@@ -88,12 +88,14 @@ def _summarise(run: Any, out_format: str, config: Config) -> None:
 
 def _compare(prediction: Any, report: RunReport) -> str:
     """Predicted beside measured seconds per stage of the TeraSort plan."""
-    names = [s.name for s in report.stages]
+    from croupier.jobs.exchange_stats import stage_names
 
-    def measured(stage: str) -> float:
-        name = stage if stage in ("map", "reduce") else f"reduce level {stage.split('-')[1]}"
+    names = {s.name for s in report.stages}
+    physical = stage_names(report, prediction.plan)[-len(prediction.stages) :]  # (the prediction may leave the producers out)
+
+    def measured(name: str) -> float:
         return report.stage(name).wall_seconds if name in names else float("nan")
 
-    rows = [f"{s.name} {s.seconds:.3f}/{measured(s.name):.3f}" for s in prediction.stages]
-    total = sum(measured(s.name) for s in prediction.stages)
+    rows = [f"{s.name} {s.seconds:.3f}/{measured(name):.3f}" for s, name in zip(prediction.stages, physical)]
+    total = sum(measured(name) for name in physical)
     return ", ".join(rows) + f"; exchange {prediction.seconds:.3f}/{total:.3f}"

@@ -1,6 +1,7 @@
 """Performance and cost models of the exchange plans (SEER Eq. 1-2 generalised, Eq. 4).
 
-An exchange with a k-level plan runs k+1 stages (producers, levels 2..k, consumers). With D bytes,
+An exchange runs the stages its plan lists (:meth:`ExchangePlan.stages`): producers, levels 2..k,
+consumers (k+1 stages; a memory level's group tasks stand in for two). With D bytes,
 P workers of which C run at once (waves of C), each stage costs (see :mod:`croupier.model.stage`)
 
     start-up(waves) + first-touch(D/P) + compute(phase kinds) + max(D/(b_r C s), R/q_r(s_r, C s)) + max(D/(b_w C), W/q_w(s_w, C))
@@ -95,7 +96,8 @@ def predict(
     phases: dict[str, tuple[str, ...]] | None = None,
 ) -> Prediction:
     """Predict the stages of ``plan`` on ``data_bytes``: producers (M tasks: read input, cut into
-    buckets, write level 1), levels 2..k (P tasks: regroup), consumers (P tasks: read level k, run
+    buckets, write level 1), levels 2..k (P tasks: regroup; a memory level: P / g tasks in place of
+two level stages), consumers (P tasks: read level k, run
     their operators, write). ``phases`` names the phase kinds of "map", "level" and "reduce"
     (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
     stage is left out — no plan can change it.

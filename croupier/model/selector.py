@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from croupier.errors import ConfigError
-from croupier.exchange.levels import LevelsPlan, memory_plans
+from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
@@ -163,14 +163,16 @@ def choose(
     if topology is not None:
         sizes = [topology.workers]
         plans = [ExchangePlan(topology, c, senders, buckets) for c in combine]
-        plans += memory_plans(plans) if memory_levels else []
+        if memory_levels and algorithm is not None and algorithm.endswith("+mem"):  # that topology with its middle levels in memory
+            plans = [v for v in (LevelsPlan.alternate(p) for p in plans) if v is not None]
     else:
         sizes = [workers] if workers else _fitting_sizes(data_bytes, profile, max_workers, buckets)
         plans = [plan for p in sizes for plan in all_plans(p, max_levels, senders, buckets, combine, memory_levels)]
     plans = [plan for plan in plans if (algorithm is None or plan.family == algorithm) and memory_fits(plan, data_bytes, profile)]
     if not plans:
         late = " (late binding: the producers wrote before P was known, so only write-combined plans, P <= B)" if buckets is not None else ""
-        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc, and k-level (k >= 3) with +mem, whose group of workers must fit one function's memory")
+        memory = "and k-level (k >= 3) with +mem, whose group of workers must fit one function's memory" if memory_levels else "(memory levels are left out here)"
+        raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc, {memory}")
     candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
     if tiers is not None:
         if "slow" not in tiers.allowed:

@@ -291,14 +291,15 @@ def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Price
     requests = {k: v for k, v in requests.items() if v}
     money = {k: v for k, v in money.items() if k in requests}
     d, seconds = float(prediction.data_bytes), prediction.seconds
-    held = stored_bytes(prediction.data_bytes, plan.levels)
+    stored = sum(1 for count in plan.counts() if count.objects)  # (a memory level stores nothing)
+    held = stored_bytes(prediction.data_bytes, stored)
     storage = fast = 0.0
     nodes = 0
     if tier is None:
         storage = prices.storage_gb_second * held / 1e9 * seconds
     else:
         nodes = tier.nodes(held)
-        fast = tier.capacity_gb_second * held / 1e9 * seconds + tier.transfer_gb * d * plan.levels / 1e9 + tier.node_second * nodes * seconds
+        fast = tier.capacity_gb_second * held / 1e9 * seconds + tier.transfer_gb * d * stored / 1e9 + tier.node_second * nodes * seconds
     invocations = sum(tasks)
     return Cost(gb_s, gb_s * prices.function_gb_second, invocations, invocations * prices.invocation, requests, money, storage, fast, nodes)
 
@@ -469,7 +470,8 @@ def locus_accounting(prediction: Prediction, profile: StorageProfile, phases: di
 
 
 def _notes(profile: StorageProfile, tier: FastTier | None, options: PlanOptions, size: int) -> list[str]:
-    notes = [] if memory_levels(profile, options) else [NO_MEMORY_LEVELS]
+    left_out = not memory_levels(profile, options) and (options.algorithm is None or options.algorithm.endswith("+mem"))
+    notes = [NO_MEMORY_LEVELS] if left_out else []
     lowest = math.ceil(size / (profile.function_memory * 0.25))
     if lowest > profile.concurrency:
         notes.append(f"P >= {lowest:,} (a quarter of each function's memory holds its data), so stages run in {math.ceil(lowest / profile.concurrency):,} waves of {profile.concurrency}")

@@ -1,7 +1,8 @@
 """A discrete-event simulator of exchange plans on a cloud platform.
 
 It runs the stages of an :class:`~croupier.exchange.plan.ExchangePlan` (producers, levels 2..k,
-consumers; one after the other, as the DAG runner does) with the objects and request counts the
+consumers, as :meth:`~croupier.exchange.plan.ExchangePlan.stages` lists them; one after the
+other, as the DAG runner does) with the objects and request counts the
 plan gives, against a :class:`~croupier.sim.platform.Platform` and a storage profile:
 
 - **Stores with per-prefix rate limits.** Every request goes to the partition of its key's prefix
@@ -290,7 +291,8 @@ def sort_stages(
     plan: ExchangePlan, data_bytes: int, profile: StorageProfile, quantum: int = 64, exact_limit: int = 20000, fast: bool = False, exchange_only: bool = False, write_streams: int = WRITE_STREAMS
 ) -> list[StageSpec]:
     """The stages of a TeraSort through ``plan``: producers read D/M of input and write level 1;
-    levels 2..k regroup; consumers read level k and write D/P of output. Objects and keys are
+    levels 2..k regroup (a memory level's P / g group tasks read and write their members'
+    objects); consumers read level k and write D/P of output. Objects and keys are
     the plan's own (:meth:`ExchangePlan.writes`, :meth:`ExchangePlan.reads`) when the plan has
     at most ``exact_limit`` objects per level, else each task's counts with representative keys.
     Compute per task is the model's compute of the stage (:func:`croupier.model.stage.kind_seconds`
