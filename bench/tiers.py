@@ -11,10 +11,13 @@ models) and Locus' Table 3 prediction of it (2 max(R/q, S/b_eff); the hybrid row
 their errors, and the selector's regret (auto's wall time over the fastest of slow, fast, hybrid).
 With ``levels``: MinFlow's memory levels, on the slow tier: a 3-level plan whose level 2 happens
 inside one task per group of workers (``--algorithm 3-level+wc+mem``; the selector picks P and
-the group sizes).
-Profiles: shipped seaweedfs-loopback and redis-loopback.
+the group sizes). With ``3level``: the same family with every level through the slow tier
+(``--algorithm 3-level+wc``), to set beside ``levels``.
+Profiles: shipped seaweedfs-loopback and redis-loopback; with ``--calibrate``, profiles fitted
+on the spot (a quick calibration of the SeaweedFS bucket, ``croupier calibrate --store
+redis://...`` of the Redis server), which the runs' selector and the predictions both use.
 
-    python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--json out.json]
+    python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--calibrate] [--json out.json]
 
 ``--small`` runs 16 MB and 64 MB only (a quick check).
 """
@@ -54,6 +57,8 @@ def run_one(root: str, size: int, tier: str, config: Config, workers: int | None
     out = f"{root}/out-{tier}"
     # memory levels: in the tasks' memory, the storage levels on the slow tier
     forced = {"algorithm": "3-level+wc+mem", "tier": "slow"} if tier == "levels" else {"tier": tier}
+    if tier == "3level":  # the same family, every level through the slow tier
+        forced = {"algorithm": "3-level+wc", "tier": "slow"}
     report = sort(f"{root}/in", out, workers, config.with_(**forced))
     open_store(out, config).delete_prefix()
     stages = [s for s in report.stages if s.name in ("map", "reduce") or s.name.startswith(("reduce level ", "map round ", "map combine "))]
@@ -66,7 +71,7 @@ def run_one(root: str, size: int, tier: str, config: Config, workers: int | None
     return {
         "size": size,
         "tier": tier,
-        "used": "levels" if tier == "levels" else report.summary.get("tiers", {}).get("map"),
+        "used": tier if tier in ("levels", "3level") else report.summary.get("tiers", {}).get("map"),
         "fallback": report.summary.get("fast_tier_fallback", {}).get("reason"),
         "workers": entry["workers"],
         "plan": entry["plan"],
@@ -99,18 +104,16 @@ def plan_of(row: dict[str, object]) -> ExchangePlan:
 def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProfile, concurrency: int) -> None:
     """Both models' predictions for the run in ``row``, beside what it measured."""
     plan = plan_of(row)
-    used = str(row["used"] or "slow").split(" ")[0]
+    used = str(row["used"] or "slow").split(" ")[0].replace("3level", "slow")
     nbytes = float(row["bytes"])  # type: ignore[arg-type]
     p = plan.workers
     if used == "hybrid":
         assert isinstance(plan, HybridPlan)
         table3 = hybrid_terms(plan, nbytes, slow, fast).seconds
-    elif used == "levels":  # Table 3 per storage level: each writes and reads all S bytes (a memory level none)
-        slow_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[0]
-        table3 = sum(slow_c.seconds for count in plan.counts() if count.objects)
-    else:
+    else:  # Table 3 per storage level: each writes and reads all S bytes (a memory level none)
         slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
-        table3 = (fast_c if used == "fast" else slow_c).seconds
+        stored = sum(1 for count in plan.counts() if count.objects)
+        table3 = (fast_c if used == "fast" else slow_c).seconds * stored
         row["fast_fits"] = fast_c.fits
     row["predicted_exchange_seconds"] = round(table3, 3)
     measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]
@@ -122,6 +125,19 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     row["stage_model_error"] = round(abs(staged - walls) / walls, 3)
 
 
+def calibrated(work: Path, config: Config, redis: RedisServer) -> tuple[StorageProfile, FastTierProfile]:
+    """Both tiers' profiles fitted on this machine now (saved as ``work``/slow.json, fast.json)."""
+    from croupier.jobs.calibrate import calibrate
+    from croupier.jobs.calibrate_tier import calibrate_fast_tier
+
+    slow = calibrate(f"s3://{BUCKET}/calibration", config, quick=True, name="seaweedfs (bench/tiers.py)").profile
+    fast = calibrate_fast_tier(redis.url("calibration"), config, quick=True)
+    slow.save(work / "slow.json")
+    fast.save(work / "fast.json")
+    print(f"calibrated: {slow.name}, {fast.name}", flush=True)
+    return slow, fast
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="256MB,512MB,1GB,2GB,4GB")
@@ -129,7 +145,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", dest="json_path", default=None)
-    parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 3-level plan on the slow tier, level 2 in the tasks' memory)")
+    parser.add_argument("--calibrate", action="store_true", help="fit both tiers' profiles here first (else the shipped ones)")
+    parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 3-level plan on the slow tier, level 2 in the tasks' memory; 3level: the same family, every level in storage)")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in ("16MB,64MB" if args.small else args.sizes).split(",")]
     work = Path(tempfile.mkdtemp(prefix="croupier-tiers-"))
@@ -139,7 +156,10 @@ def main() -> None:
         weed.wait_ready(BUCKET)
         redis.wait_ready()
         base = s3_config(Config(concurrency=args.concurrency, progress=False, calibration="off"), weed)
-        config = base.with_(fast_tier=redis.url("bench"))
+        if args.calibrate:
+            slow_profile, fast_profile = calibrated(work, base, redis)
+            base = base.with_(profile=str(work / "slow.json"))
+        config = base.with_(fast_tier=redis.url("bench"), fast_profile=str(work / "fast.json") if args.calibrate else None)
         try:
             for size in sizes:
                 root = f"s3://{BUCKET}/tiers-{size}"
