@@ -288,3 +288,25 @@ def test_the_simulator_runs_a_memory_level_as_its_group_tasks() -> None:
     exchange_reads = sum(b.count for s in stages[1:] for t in s.tasks for b in t.reads)
     assert exchange_writes == plan.predicted_requests()["PUT"]
     assert exchange_reads == plan.predicted_requests()["GET_RANGE"]
+
+
+def test_killed_group_tasks_and_a_faulty_store_still_sort_right(tmp_path: Path) -> None:
+    """Chaos through a memory level: workers killed at random (the group tasks among them) and 5%
+    of requests failing. A killed group task runs again from level 1, which stays in storage until
+    the run ends; the sort is right and nothing is left behind."""
+    from croupier.config import RetryPolicy
+    from croupier.storage.faults import FaultSpec
+
+    plan = LevelsPlan.alternate(ExchangePlan(Topology((2, 2, 2)), True))
+    assert plan is not None
+    with LocalExecutor(Config(concurrency=2)) as plain:
+        gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=plain, seed=34)
+    chaos = FAULT_CONFIG.with_(faults=FaultSpec(error_rate=0.05, seed=7), retry=RetryPolicy(attempts=10, base_delay=0.001, max_delay=0.01))
+    with LocalExecutor(chaos, kill_rate=0.3, task_attempts=6, seed=11) as executor:
+        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, chaos, executor=executor, plan=plan)
+        assert executor.kills > 0
+    result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri())
+    assert result.ok and result.records == 20_000, result.problems
+    assert report.stage("reduce level 2 in memory, level 3").retried_tasks > 0, [(s.name, s.retried_tasks) for s in report.stages]
+    assert report.io.retries > 0
+    assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
