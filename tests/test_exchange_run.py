@@ -6,7 +6,6 @@ shapes (uniform, skewed, so few records that most partitions are empty).
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -17,14 +16,13 @@ from hypothesis import strategies as st
 
 from croupier.compute import LocalExecutor
 from croupier.config import Config
-from croupier.errors import StorageError, TaskError
+from croupier.errors import TaskError
 from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.jobs import exchange_stats
 from croupier.jobs.gensort import gensort
 from croupier.jobs.sort import sort
 from croupier.jobs.valsort import valsort
-from croupier.ops.records import add_checksums, checksum
 from croupier.storage import open_store
 from tests import data
 from tests.conftest import leftover_tmp

@@ -170,7 +170,7 @@ class CloudPlan:
                 lines.append(f"    {name:<22} {stage.seconds:>10,.1f} s  dominant {d.name}: {d.why}")
             for c in runners_up(ex.choice):
                 lines.append(f"  runner-up: {c.plan.name:<20} P={c.workers:<7} {c.seconds:>10,.1f} s  selector cost ${c.cost:,.4f}")
-        lines.append(f"stages: " + ", ".join(f"{k} {v.seconds:,.1f} s" for k, v in self.stage_times().items()))
+        lines.append("stages: " + ", ".join(f"{k} {v.seconds:,.1f} s" for k, v in self.stage_times().items()))
         lines.append(f"predicted time: {self.seconds:,.1f} s")
         c = self.cost
         lines.append(f"cost: ${c.total:,.4f}")
