@@ -112,8 +112,7 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
         table3 = hybrid_terms(plan, nbytes, slow, fast).seconds
     else:  # Table 3 per storage level: each writes and reads all S bytes (a memory level none)
         slow_c, fast_c = compare(nbytes, p, slow, fast, FAST_MEMORY)[:2]
-        stored = sum(1 for count in plan.counts() if count.objects)
-        table3 = (fast_c if used == "fast" else slow_c).seconds * stored
+        table3 = (fast_c if used == "fast" else slow_c).seconds * plan.stored_levels
         row["fast_fits"] = fast_c.fits
     row["predicted_exchange_seconds"] = round(table3, 3)
     measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]

@@ -64,6 +64,7 @@ def test_groups_cover_the_workers_and_counts_drop_only_the_memory_levels(plan: L
     for mine, theirs in zip(plan.counts(1000), base.counts(1000)):
         expected = (0, 0, 0, 0) if mine.level in plan.memory else (theirs.puts, theirs.gets, theirs.ranged_gets, theirs.objects)
         assert (mine.puts, mine.gets, mine.ranged_gets, mine.objects) == expected
+    assert plan.stored_levels == sum(1 for c in plan.counts() if c.objects) == base.stored_levels - len(plan.memory)
     stages = plan.stages()
     assert sum(1 for s in stages if s.memory is not None) == len(plan.memory)
     assert len(stages) == len(base.stages()) - len(plan.memory)

@@ -66,6 +66,11 @@ class LevelsPlan(ExchangePlan):
         """"3-level+mem", "3-level+wc+mem"."""
         return f"{super().family}+mem"
 
+    @property
+    def stored_levels(self) -> int:
+        """Levels whose objects go through storage: all but the memory levels."""
+        return self.levels - len(self.memory)
+
     def base(self) -> ExchangePlan:
         """The same exchange with every level through storage."""
         return ExchangePlan(self.topology, self.combine, self.senders, self.buckets)

@@ -140,6 +140,11 @@ class ExchangePlan:
     def levels(self) -> int:
         return self.topology.levels
 
+    @property
+    def stored_levels(self) -> int:
+        """Levels whose objects go through storage: every level here (a memory level's do not)."""
+        return self.levels
+
     def describe(self) -> str:
         """One line: the plan with its producers, consumers and buckets."""
         extra = f", B={self.bucket_count} buckets" if self.bucket_count != self.workers else ""

@@ -177,5 +177,5 @@ def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | Non
     functions = prices.function_gb_second * gb_seconds + prices.invocation * sum(tasks)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))
     writes = prices.write_request * prediction.requests.get("PUT", 0)
-    stored_gb = prediction.data_bytes * sum(1 for c in prediction.plan.counts() if c.objects) / 1e9  # (a memory level stores nothing)
+    stored_gb = prediction.data_bytes * prediction.plan.stored_levels / 1e9
     return functions + reads + writes + prices.storage_gb_second * prediction.seconds * stored_gb

@@ -415,7 +415,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         # its requests, and the imbalance of unequal tasks on them (the slow part's covers the rest)
         extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write", "imbalance")) and t.seconds)
         terms = base.terms + extra
-        if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # (its producers and combiners)  # the rounds: one stage start-up more per round
+        if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: one start-up more per round for its producers and its combiners
             startup = base.terms[0]
             terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
         spread = dict(base.spread)
@@ -429,11 +429,6 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
     usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
-
-
-def stored_levels(plan: Any) -> int:
-    """Levels of ``plan`` whose objects are stored (a memory level's are not)."""
-    return sum(1 for count in plan.counts() if count.objects)
 
 
 @dataclass(frozen=True)
@@ -455,7 +450,7 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
     fast = options.fast
     if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
         in_flight = options.writers * data_bytes / max(1, senders or 1)
-        fitting = [plan for plan in plans if fast.fits(data_bytes * stored_levels(plan) + in_flight, options.free)]
+        fitting = [plan for plan in plans if fast.fits(data_bytes * plan.stored_levels + in_flight, options.free)]
         out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):

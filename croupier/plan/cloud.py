@@ -291,7 +291,7 @@ def exchange_cost(prediction: Prediction, profile: StorageProfile, prices: Price
     requests = {k: v for k, v in requests.items() if v}
     money = {k: v for k, v in money.items() if k in requests}
     d, seconds = float(prediction.data_bytes), prediction.seconds
-    stored = sum(1 for count in plan.counts() if count.objects)  # (a memory level stores nothing)
+    stored = plan.stored_levels
     held = stored_bytes(prediction.data_bytes, stored)
     storage = fast = 0.0
     nodes = 0
