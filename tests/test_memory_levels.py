@@ -311,3 +311,19 @@ def test_killed_group_tasks_and_a_faulty_store_still_sort_right(tmp_path: Path) 
     assert report.stage("reduce level 2 in memory, level 3").retried_tasks > 0, [(s.name, s.retried_tasks) for s in report.stages]
     assert report.io.retries > 0
     assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+
+
+def test_an_empty_exchange_through_a_memory_level_answers_like_polars(tmp_path: Path) -> None:
+    """A filter that keeps no row, then a group-by through a memory level: every group task
+    receives nothing and writes empty objects; the (empty) answer has Polars' columns and dtypes."""
+    facts = _facts(20_000)
+    write_parts(facts, tmp_path / "facts", 5_000)
+    config = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=8, algorithm="3-level+wc+mem")
+    frame = cf.scan_parquet(str(tmp_path / "facts")).filter(col("q") > 100).group_by("k", "s").agg(col("q").sum().alias("sq"), count().alias("n")).sort("k", "s")
+    expected = facts.lazy().filter(pl.col("q") > 100).group_by("k", "s").agg(pl.col("q").sum().alias("sq"), pl.len().alias("n")).sort("k", "s").collect()
+    got = frame.collect(config=config)
+    assert got.is_empty() and got.equals(expected) and got.schema == expected.schema, (got.schema, expected.schema)
+    report = frame.last_run.report
+    assert any(e["plan"].endswith("level 2 in memory") for e in report.exchanges), report.exchanges
+    assert_requests_match_plans(report)
+    assert leftover_tmp((tmp_path / "tmp").as_uri(), config) == []
