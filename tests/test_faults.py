@@ -106,6 +106,17 @@ def test_killed_tasks_are_retried_alone(tmp_path: Path) -> None:
     assert sum(r.attempts > 1 for r in results) == executor.kills
 
 
+def test_a_chosen_task_dies_even_when_it_finishes_before_its_kill_time() -> None:
+    """Chaos kills follow the seed, not timing: a task chosen to die that finishes first dies just
+    before its reply counts, so every task of a kill_rate=1 run is killed once and retried."""
+    tasks = [Task(f"t{i}", helpers.square, (i,)) for i in range(6)]
+    with LocalExecutor(Config(concurrency=2, speculation=None), kill_rate=1.0, seed=1) as executor:
+        results = executor.map(tasks)
+        assert executor.kills == 6
+    assert [r.value for r in results] == [i * i for i in range(6)]
+    assert [r.attempts for r in results] == [2] * 6
+
+
 def test_a_straggler_gets_a_backup_copy_that_wins(tmp_path: Path) -> None:
     marker = tmp_path / "slow-once"
     config = Config(concurrency=2, speculation=SpeculationPolicy(after=0.5, slowness=1.5, budget=0.5, min_seconds=0.1))
