@@ -81,8 +81,9 @@ def test_task_requests_are_counted_and_returned(executor: LocalExecutor, tmp_pat
 
 POOL_TASK = """
 def pool(ctx):
+    import os
     import polars
-    return polars.thread_pool_size()
+    return (polars.thread_pool_size(), os.environ.get("_RJEM_MALLOC_CONF"), os.environ.get("MIMALLOC_PURGE_DELAY"))
 """
 
 POOL_SCRIPT = """
@@ -95,19 +96,24 @@ from pooltask import pool
 
 if __name__ == "__main__":
     config = Config(concurrency=int(sys.argv[1]), progress=False)
+    before = os.environ.get("_RJEM_MALLOC_CONF")
     executor = LocalExecutor(config)
     try:
         sizes = sorted({r.value for r in executor.map([Task(f"t{i}", pool, ()) for i in range(4)], config)})
     finally:
         executor.close()
-    print(sizes, os.environ.get("POLARS_MAX_THREADS"))
+    print([size for size, _, _ in sizes], os.environ.get("POLARS_MAX_THREADS"), os.environ.get("_RJEM_MALLOC_CONF") == before)
+    print(sorted({(tuple(jemalloc.split(",")[-2:]), mimalloc) for _, jemalloc, mimalloc in sizes}))
 """
 
 
 def test_workers_run_polars_with_their_share_of_the_cores(tmp_path: Path) -> None:
     """Each worker's Polars runs cores / concurrency threads (C workers with a thread per core
     each would run C x cores threads; the fork server imports Polars before any worker could set
-    its pool size); the driver's own environment is left as it was."""
+    its pool size); the allocators of Polars and Arrow keep freed pages for the next task
+    (ALLOCATOR_ENV); the driver's own environment is left as it was."""
+    from croupier.compute.worker import ALLOCATOR_ENV
+
     import subprocess
     import sys
 
@@ -115,8 +121,24 @@ def test_workers_run_polars_with_their_share_of_the_cores(tmp_path: Path) -> Non
     script.write_text(POOL_SCRIPT)
     (tmp_path / "pooltask.py").write_text(POOL_TASK)
     cores = os.cpu_count() or 1
-    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("POLARS_MAX_THREADS", *ALLOCATOR_ENV)}
     for concurrency in (cores, 1):
         out = subprocess.run([sys.executable, str(script), str(concurrency)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.split("\n")[0] == f"[{max(1, cores // concurrency)}] None"
+        lines = out.stdout.split("\n")
+        assert lines[0] == f"[{max(1, cores // concurrency)}] None True"
+        assert lines[1] == str([(tuple(ALLOCATOR_ENV["_RJEM_MALLOC_CONF"].split(",")), ALLOCATOR_ENV["MIMALLOC_PURGE_DELAY"])])  # ours last: they win
+
+
+def test_a_users_allocator_settings_win_over_the_workers_defaults() -> None:
+    """Workers keep freed pages unless the user set the allocators up otherwise; Polars' own
+    jemalloc default (written into the environment when it is imported) is not a user's choice."""
+    from croupier.compute.worker import ALLOCATOR_ENV, worker_environment
+
+    ours = ALLOCATOR_ENV["_RJEM_MALLOC_CONF"]
+    assert worker_environment({}, 2) == {"POLARS_MAX_THREADS": "2", **ALLOCATOR_ENV}
+    polars_default = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:500,muzzy_decay_ms:1000"}
+    assert worker_environment(polars_default, 1)["_RJEM_MALLOC_CONF"] == f"dirty_decay_ms:500,muzzy_decay_ms:1000,{ours}"
+    users = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:500,muzzy_decay_ms:1000,dirty_decay_ms:0", "MIMALLOC_PURGE_DELAY": "10", "POLARS_MAX_THREADS": "8"}
+    assert worker_environment(users, 1) == {}
+    assert worker_environment({"_RJEM_MALLOC_CONF": "narenas:2"}, 1) == {"POLARS_MAX_THREADS": "1", "MIMALLOC_PURGE_DELAY": "-1"}

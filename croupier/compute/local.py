@@ -29,7 +29,7 @@ from croupier.compute.orphan import start_forkserver_quietly
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.mainguard import main_module_hidden
 from croupier.compute.speculation import choose_backups
-from croupier.compute.worker import MEMORY_EXIT_CODE, worker_main
+from croupier.compute.worker import MEMORY_EXIT_CODE, worker_environment, worker_main
 from croupier.config import Config
 from croupier.errors import TaskError
 from croupier.units import format_bytes
@@ -85,10 +85,11 @@ class LocalExecutor(Executor):
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["croupier.compute.worker"])
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
-        # Polars sizes its thread pool when it is imported, and the fork server has imported it
-        # (preloading the workers' modules) before any worker runs: the fork server's environment
-        # is the one place to set it (issue 12, promise 6: no fork-server traceback on Ctrl-C)
-        start_forkserver_quietly({"POLARS_MAX_THREADS": str(self._threads)})
+        # Polars sizes its thread pool, and its allocator and Arrow's read their settings, when
+        # they are loaded, and the fork server has loaded them (preloading the workers' modules)
+        # before any worker runs: the fork server's environment is the one place to set them
+        # (issue 12, promise 6: no fork-server traceback on Ctrl-C)
+        start_forkserver_quietly(worker_environment(os.environ, self._threads))
         self._workers: list[_Worker] = []
         self._next_wid = 0
         self._lock = threading.RLock()  # one map at a time: runs of one session may share the pool

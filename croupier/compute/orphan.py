@@ -53,11 +53,13 @@ def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> No
     Only the main thread may change signal dispositions; elsewhere it starts as usual. (A Ctrl-C
     in the few milliseconds of the fork is lost; press it again.)
 
-    ``environment``: variables the fork server (and so every worker forked from it) starts with,
-    where the driver's environment does not set them; the driver's own is left as it was."""
+    ``environment``: variables the fork server (and so every worker forked from it) starts with;
+    the driver's own environment is restored after (the caller decides what a user's setting
+    overrides)."""
     from multiprocessing import forkserver
 
-    added = {k: v for k, v in (environment or {}).items() if k not in os.environ}
+    added = dict(environment or {})
+    saved = {k: os.environ.get(k) for k in added}
     os.environ.update(added)
     try:
         if threading.current_thread() is not threading.main_thread():
@@ -69,5 +71,8 @@ def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> No
         finally:
             signal.signal(signal.SIGINT, previous)
     finally:
-        for key in added:
-            os.environ.pop(key, None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

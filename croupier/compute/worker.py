@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Mapping
 
 from croupier.compute.base import MAX_RESULT_BYTES
 from croupier.compute.context import TaskContext
@@ -119,6 +119,33 @@ def retain_freed_memory() -> None:
         pass
 
 
+#: Environment of every worker: the allocators inside Polars (jemalloc) and Arrow (mimalloc) keep
+#: the pages a task frees for the next task, as glibc does after :func:`retain_freed_memory`. By
+#: default both hand freed pages back to the system within milliseconds to seconds, so each task
+#: faults its memory in anew; on this kind of VM that made hash-partitioning a million query rows
+#: 75 ms instead of 43, and encoding a final stage's 180 MB result 0.45 s instead of 0.05. A task
+#: still stays within the function's memory budget (the memory watch counts kept pages), and
+#: kept memory is reused, not added to. Settings the user makes win (see :func:`worker_environment`).
+ALLOCATOR_ENV = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1", "MIMALLOC_PURGE_DELAY": "-1"}
+#: The jemalloc settings Polars' ``__init__`` puts into the environment of any process importing
+#: it (before ours: a later setting wins), so their presence is not a user's choice.
+_POLARS_DEFAULT_DECAY = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+
+def worker_environment(environ: Mapping[str, str], threads: int) -> dict[str, str]:
+    """The variables workers start with: Polars' thread count and :data:`ALLOCATOR_ENV`, each
+    unless ``environ`` (the driver's) sets it. Polars' own jemalloc default does not count as a
+    setting: importing Polars writes it into the environment, so ours is appended after it."""
+    out = {} if "POLARS_MAX_THREADS" in environ else {"POLARS_MAX_THREADS": str(threads)}
+    jemalloc = environ.get("_RJEM_MALLOC_CONF")
+    if jemalloc is None:
+        out["_RJEM_MALLOC_CONF"] = ALLOCATOR_ENV["_RJEM_MALLOC_CONF"]
+    elif jemalloc.startswith(_POLARS_DEFAULT_DECAY) and jemalloc.count("decay_ms") == 2:
+        out["_RJEM_MALLOC_CONF"] = f"{jemalloc},{ALLOCATOR_ENV['_RJEM_MALLOC_CONF']}"
+    if "MIMALLOC_PURGE_DELAY" not in environ:
+        out["MIMALLOC_PURGE_DELAY"] = ALLOCATOR_ENV["MIMALLOC_PURGE_DELAY"]
+    return out
+
 #: Share of the memory budget a function may keep from earlier tasks before giving it back.
 RETAIN_SHARE = 0.25
 
@@ -128,6 +155,9 @@ def release_if_large(budget: int) -> None:
     kept for reuse (and the heap fragmentation it brings) never crowds out the next task."""
     if _current_rss() <= budget * RETAIN_SHARE:
         return
+    import pyarrow
+
+    pyarrow.default_memory_pool().release_unused()  # Arrow's own allocator (Polars' cannot be asked)
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

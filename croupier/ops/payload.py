@@ -48,21 +48,49 @@ def _stream_cuts(schema: pa.Schema, fmt: str, groups: Sequence[Sequence[pa.Recor
     group's messages start (plus the end). The schema message at the front belongs to no group.
     ``size``: the groups' bytes together (from the caller's whole table: summing the slices' sizes
     took a sixth of an encode of 128 buckets)."""
-    sink = pa.BufferOutputStream()
     small = size < SMALL_PAYLOAD * max(1, len(groups))  # tiny buckets: compression costs more than it saves
-    options = pa.ipc.IpcWriteOptions(compression=None if small else _COMPRESSION[fmt])
+    compression = None if small else _COMPRESSION[fmt]
+    options = pa.ipc.IpcWriteOptions(compression=compression)
     header = schema.serialize()
-    cuts: list[int] = []
-    with pa.ipc.new_stream(sink, schema, options=options) as writer:
-        for batches in groups:
-            cuts.append(sink.tell() or header.size)  # the stream writes its schema with the first batch
-            for batch in batches:
-                writer.write_batch(batch)
-        cuts.append(sink.tell())
-    stream = sink.getvalue()
+    if compression is None:
+        # uncompressed, the stream's size is known before writing it (a counting pass copies
+        # nothing): one buffer of that size, where a growing one reallocated and copied its way
+        # up; on this kind of VM that took a final stage's 180 MB encode from 0.05 s to 0.45 s
+        counter = pa.MockOutputStream()
+        _write_groups(counter, schema, options, groups, header.size)
+        stream = pa.allocate_buffer(counter.size())
+        sink: Any = pa.FixedSizeBufferWriter(stream)
+        cuts = _write_groups(sink, schema, options, groups, header.size)
+    else:
+        sink = pa.BufferOutputStream()
+        cuts = _write_groups(sink, schema, options, groups, header.size)
+        stream = sink.getvalue()
     if groups and stream[: header.size] != header:  # pragma: no cover - pyarrow guarantees the layout
         raise RuntimeError("Arrow IPC stream does not start with its schema message; cannot cut it into chunks")
     return stream, cuts
+
+
+def _write_groups(sink: Any, schema: pa.Schema, options: pa.ipc.IpcWriteOptions, groups: Sequence[Sequence[pa.RecordBatch]], header: int) -> list[int]:
+    """Write ``groups`` as one IPC stream into ``sink``; return where each group starts (and the end)."""
+    cuts: list[int] = []
+    with pa.ipc.new_stream(sink, schema, options=options) as writer:
+        for batches in groups:
+            cuts.append(sink.tell() or header)  # the stream writes its schema with the first batch
+            for batch in batches:
+                writer.write_batch(batch)
+        cuts.append(sink.tell())
+    return cuts
+
+
+#: At most this many batches, of at least LARGE_BATCH bytes on average, are decoded as chunks of
+#: their own rather than copied into one (Polars works on a few large chunks at full speed).
+FEW_BATCHES = 64
+LARGE_BATCH = 1 << 20
+
+
+def _many_small(batches: Sequence[pa.RecordBatch], nbytes: int) -> bool:
+    """Whether decoded ``batches`` are worth copying into one chunk per column."""
+    return len(batches) > FEW_BATCHES or (len(batches) > 1 and nbytes < LARGE_BATCH * len(batches))
 
 
 def _decode_messages(payloads: Sequence[memoryview | bytes], schema: pa.Schema) -> list[pa.RecordBatch]:
@@ -205,11 +233,13 @@ class FrameCodec:
         batches = _decode_messages([p for c in chunks for p in c.parts], arrow_schema)
         if not batches:
             return pl.DataFrame(schema=schema)
-        # one contiguous chunk per column: a broadcast read gathers every bucket of every producer
-        # (12 producers x 128 buckets = 1,536 batches in TPC-H Q12), and Polars keeps each batch as
-        # a chunk of its own, which made the join that followed 25x slower (82 ms instead of 3)
+        # many small batches become one contiguous chunk per column: a broadcast read gathers every
+        # bucket of every producer (12 producers x 128 buckets = 1,536 batches in TPC-H Q12), and
+        # Polars keeps each batch as a chunk of its own, which made the join that followed 25x
+        # slower (82 ms instead of 3); a few large batches stay as they are (copying a final
+        # aggregation's 340 MB input into fresh memory took 0.3 s of its task)
         table = pa.Table.from_batches(batches, arrow_schema)
-        df = pl.from_arrow(table.combine_chunks() if len(batches) > 1 else table)
+        df = pl.from_arrow(table.combine_chunks(), rechunk=False) if _many_small(batches, table.nbytes) else pl.from_arrow(table, rechunk=False)
         assert isinstance(df, pl.DataFrame)
         if plain != schema:
             df = df.cast(dict(schema))  # type: ignore[arg-type]
