@@ -102,3 +102,13 @@ def output_parts(url: str, config) -> list[str]:  # type: ignore[no-untyped-def]
 #: Backend kinds of the storage contract tests (modules that test every store override the
 #: ``backend_kind`` fixture with these params).
 ALL_BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3), pytest.param("redis", marks=pytest.mark.redis)]
+
+
+def polars_scratch(ctx: TaskContext, nbytes: int) -> int:
+    """Fill and drop a Polars column of about ``nbytes``; return this worker's pid."""
+    import polars as pl
+
+    column = pl.int_range(0, nbytes // 8, eager=True).cast(pl.Int64) * 3
+    assert column.len() == nbytes // 8
+    del column
+    return os.getpid()

@@ -33,15 +33,19 @@ def _objects(url: str, config: Config) -> dict[str, bytes]:
 
 def test_a_run_holds_a_renewed_lease_and_removes_everything_at_the_end(store_env: tuple[str, Config]) -> None:
     root, config = store_env
-    run = Run("test", config.with_(lease=0.3))
+    # a 1 s lease renewed every 1/3 s: a renewal may be late by 2/3 s on a loaded machine
+    run = Run("test", config.with_(lease=1.0))
     tmp = run.open_tmp(f"{root}/out")
     assert tmp == parse_location(f"{root}/out/_croupier_tmp/{run.run_id}")
     store = open_store(tmp, config)
     first = read_lease(store)
     assert first is not None and first[0].run_id == run.run_id and first[0].pid == os.getpid()
     store.put("map/l0/s00000", b"x")
-    time.sleep(0.35)  # at least one renewal (every 0.1 s)
-    later = read_lease(store)
+    later = first
+    waited = time.monotonic() + 10
+    while later is not None and later[0].expires <= first[0].expires and time.monotonic() < waited:
+        time.sleep(0.05)  # until a renewal lands
+        later = read_lease(store)
     assert later is not None and later[0].expires > first[0].expires and not later[0].expired()
     run.finish()
     assert open_store(root, config).list() == []

@@ -10,6 +10,7 @@ import pytest
 from croupier.compute import LocalExecutor, Task
 from croupier.config import Config
 from croupier.errors import TaskError
+from croupier.units import parse_size
 from tests import helpers
 
 
@@ -142,3 +143,19 @@ def test_a_users_allocator_settings_win_over_the_workers_defaults() -> None:
     users = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:500,muzzy_decay_ms:1000,dirty_decay_ms:0", "MIMALLOC_PURGE_DELAY": "10", "POLARS_MAX_THREADS": "8"}
     assert worker_environment(users, 1) == {}
     assert worker_environment({"_RJEM_MALLOC_CONF": "narenas:2"}, 1) == {"POLARS_MAX_THREADS": "1", "MIMALLOC_PURGE_DELAY": "-1"}
+
+
+def test_a_worker_that_keeps_too_much_memory_retires_and_a_fresh_one_takes_its_place() -> None:
+    """Workers keep freed memory for their next task, but Polars' allocator never gives it back:
+    a worker holding more than RETAIN_SHARE of its budget beyond an idle worker's after a task
+    retires (its result counts), and a fresh process runs the next task; small tasks keep theirs."""
+    config = Config(concurrency=1, function_memory=parse_size("1GiB"), speculation=None)
+    with LocalExecutor(config) as executor:
+        small = executor.map([Task(f"s{i}", helpers.polars_scratch, (1 << 20,)) for i in range(3)])
+        assert len({r.value for r in small}) == 1 and executor.retired == 0
+        big = executor.map([Task(f"b{i}", helpers.polars_scratch, (400 << 20,)) for i in range(2)])
+        assert executor.retired == 2
+        after = executor.map([Task("after", helpers.polars_scratch, (1 << 20,))])
+    pids = [r.value for r in small + big + after]
+    assert len(set(pids)) == 3, pids  # the first worker ran s0-s2 and b0, the second b1, the third "after"
+    assert all(r.attempts == 1 for r in small + big + after)

@@ -136,7 +136,7 @@ def test_a_straggler_gets_a_backup_copy_that_wins(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sort_survives_kills_throttling_and_slow_requests(store_env: tuple[str, Config]) -> None:
     root, config = store_env
-    chaos = config.with_(faults=FaultSpec(error_rate=0.05, slow_rate=0.01, slow_factor=10.0, seed=None), retry=RetryPolicy(attempts=10, base_delay=0.001, max_delay=0.01))
+    chaos = config.with_(faults=FaultSpec(error_rate=0.05, slow_rate=0.01, slow_factor=10.0, seed=5), retry=RetryPolicy(attempts=10, base_delay=0.001, max_delay=0.01))
     gensort(f"{root}/in", 4_000_000, 4, config)
     with LocalExecutor(chaos, kill_rate=0.1, task_attempts=4, seed=5) as executor:
         report = sort(f"{root}/in", f"{root}/out", 8, chaos, executor=executor)

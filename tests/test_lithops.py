@@ -224,10 +224,12 @@ def test_a_call_that_never_starts_is_resubmitted_then_fails_clearly() -> None:
         assert [r.value for r in results] == [0, 1, 4]
         assert results[1].attempts >= 2
         assert any(r.startswith("t1: did not start within 2 s of being sent (attempt 1)") for r in executor.resubmitted), executor.resubmitted
-        executor.task_attempts, executor.drop = 2, {"t0": 2}  # every attempt of t0 is lost
-        with pytest.raises(TaskError, match=r"task t0 failed: the function call did not start within 2 s .*\(attempt 2 of 2, Lithops localhost\)"):
+        # every attempt of t0 is lost; an honest call gets three chances of 2 s to start (a fresh
+        # Lithops executor after each loss starts more slowly on a loaded machine)
+        executor.task_attempts, executor.drop = 3, {"t0": 3}
+        with pytest.raises(TaskError, match=r"task t0 failed: the function call did not start within 2 s .*\(attempt 3 of 3, Lithops localhost\)"):
             executor.map([Task(f"t{i}", square_task, (i,)) for i in range(2)])
-        assert sum(r.startswith("t0:") for r in executor.resubmitted) == 2
+        assert sum(r.startswith("t0:") for r in executor.resubmitted) == 3
         assert [r.value for r in executor.map([Task("after", square_task, (5,))])] == [25]  # still usable
         executor.task_attempts, executor.two_level_from, executor.drop = 3, 4, {"invoker": 1}
         results = executor.map([Task(f"t{i}", square_task, (i,)) for i in range(4)])  # two invokers, one lost

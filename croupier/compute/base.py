@@ -59,9 +59,10 @@ class TaskResult:
 
     @classmethod
     def from_reply(cls, reply: tuple[Any, ...], **fields: Any) -> TaskResult:
-        """Decode a function's ``("ok", task id, value, channels, seconds, peak RSS)`` reply
-        (see :mod:`croupier.compute.worker`); ``fields`` are the executor's own (worker, times...)."""
-        _, task_id, value, channels, seconds, peak = reply
+        """Decode a function's ``("ok", task id, value, channels, seconds, peak RSS[, retiring])``
+        reply (see :mod:`croupier.compute.worker`); ``fields`` are the executor's own (worker,
+        times...)."""
+        _, task_id, value, channels, seconds, peak, *_ = reply
         io = {name: IOStats.from_dict(stats) for name, stats in channels.items()}
         return cls(task_id, value, io, seconds, peak, **fields)
 

@@ -72,7 +72,9 @@ class LocalExecutor(Executor):
 
     ``kill_rate`` (chaos runs and tests only): that share of tasks has its worker killed at a random
     point of its first attempt, or just before its reply if it finishes first; which starts are
-    chosen follows ``seed`` alone. ``kills`` counts the kills and ``backups`` the speculative copies.
+    chosen follows ``seed`` alone. ``kills`` counts the kills, ``backups`` the speculative copies
+    and ``retired`` the workers replaced because they kept too much memory (see
+    :func:`croupier.compute.worker.settle_memory`).
     """
 
     def __init__(self, config: Config, task_attempts: int = 3, kill_rate: float = 0.0, seed: int | None = None) -> None:
@@ -81,6 +83,7 @@ class LocalExecutor(Executor):
         self.kill_rate = kill_rate
         self.kills = 0
         self.backups = 0
+        self.retired = 0
         self._rng = random.Random(seed)
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["croupier.compute.worker"])
@@ -142,7 +145,7 @@ class LocalExecutor(Executor):
             while len(stage.results) < len(tasks):
                 self._dispatch(stage)
                 self._speculate(stage)
-                for worker, reply in self._collect():
+                for worker, reply in self._collect(self._straggler_poll(stage)):
                     outcome = self._settle(worker, reply, stage)
                     if outcome is not None and on_done is not None:
                         on_done(outcome)
@@ -232,12 +235,23 @@ class LocalExecutor(Executor):
             self.backups += 1
             self._start(worker, original.task, original.attempt, stage, backup=True)  # type: ignore[arg-type]
 
-    def _collect(self) -> list[tuple[_Worker, tuple[Any, ...] | None]]:
-        """Wait for replies, deaths, time-outs or chaos kills; return (worker, reply or None if it died)."""
+    #: How often a stage that could start a backup copy looks at its running tasks again when no
+    #: reply comes: a straggler is found while it straggles, not only when another task ends.
+    STRAGGLER_POLL = 0.05
+
+    def _straggler_poll(self, stage: _Stage) -> float | None:
+        """The longest wait before looking for stragglers again (None: no backup could start)."""
+        if stage.config.speculation is None or stage.pending or all(w.task is not None for w in self._workers):
+            return None
+        return self.STRAGGLER_POLL
+
+    def _collect(self, poll: float | None = None) -> list[tuple[_Worker, tuple[Any, ...] | None]]:
+        """Wait for replies, deaths, time-outs or chaos kills (at most ``poll`` seconds); return
+        (worker, reply or None if it died), possibly nothing."""
         busy = [w for w in self._workers if w.task is not None]
         deadline = min(w.started for w in busy) + self.config.task_timeout
         kills = [w.kill_at for w in busy if w.kill_at is not None]
-        wake = min([deadline, *kills])
+        wake = min([deadline, *kills, *([time.time() + poll] if poll is not None else [])])
         handles = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
         ready = wait(list(handles), timeout=max(0.0, wake - time.time()) + 0.01)
         out: list[tuple[_Worker, tuple[Any, ...] | None]] = []
@@ -298,6 +312,13 @@ class LocalExecutor(Executor):
             stage.results[task.id] = result
             stage.durations.append(result.finished - stage.first_started[task.id])
             self._stop_copies(task.id)
+            if len(reply) > 6 and reply[6]:  # it kept more memory than it may: it retires
+                self.retired += 1
+                worker.process.join(timeout=5)
+                if worker.process.is_alive():
+                    worker.process.kill()
+                    worker.process.join()
+                self._replace(worker)
             return result
         if died:
             self._replace(worker)

@@ -58,21 +58,25 @@ def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> No
     overrides)."""
     from multiprocessing import forkserver
 
-    added = dict(environment or {})
-    saved = {k: os.environ.get(k) for k in added}
-    os.environ.update(added)
-    try:
-        if threading.current_thread() is not threading.main_thread():
-            forkserver.ensure_running()
-            return
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with _ENVIRONMENT_LOCK:  # two executors starting at once must not save each other's values
+        added = dict(environment or {})
+        saved = {k: os.environ.get(k) for k in added}
+        os.environ.update(added)
         try:
-            forkserver.ensure_running()
+            if threading.current_thread() is not threading.main_thread():
+                forkserver.ensure_running()
+                return
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                forkserver.ensure_running()
+            finally:
+                signal.signal(signal.SIGINT, previous)
         finally:
-            signal.signal(signal.SIGINT, previous)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+_ENVIRONMENT_LOCK = threading.Lock()

@@ -123,9 +123,12 @@ def retain_freed_memory() -> None:
 #: the pages a task frees for the next task, as glibc does after :func:`retain_freed_memory`. By
 #: default both hand freed pages back to the system within milliseconds to seconds, so each task
 #: faults its memory in anew; on this kind of VM that made hash-partitioning a million query rows
-#: 75 ms instead of 43, and encoding a final stage's 180 MB result 0.45 s instead of 0.05. A task
-#: still stays within the function's memory budget (the memory watch counts kept pages), and
-#: kept memory is reused, not added to. Settings the user makes win (see :func:`worker_environment`).
+#: 75 ms instead of 43, and encoding a final stage's 180 MB result 0.45 s instead of 0.05.
+#: Polars' allocator can then never give pages back, and memory one allocator keeps cannot serve
+#: another, so a worker whose memory stays above RETAIN_SHARE of its budget after a task (and
+#: after Arrow and glibc gave back what they can) retires, and a fresh worker takes its place
+#: (:func:`settle_memory`): kept memory never counts against a later task's budget beyond that
+#: share. Settings the user makes win (see :func:`worker_environment`).
 ALLOCATOR_ENV = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1", "MIMALLOC_PURGE_DELAY": "-1"}
 #: The jemalloc settings Polars' ``__init__`` puts into the environment of any process importing
 #: it (before ours: a later setting wins), so their presence is not a user's choice.
@@ -150,18 +153,23 @@ def worker_environment(environ: Mapping[str, str], threads: int) -> dict[str, st
 RETAIN_SHARE = 0.25
 
 
-def release_if_large(budget: int) -> None:
-    """Give kept memory back to the system once it exceeds RETAIN_SHARE of the budget, so memory
-    kept for reuse (and the heap fragmentation it brings) never crowds out the next task."""
-    if _current_rss() <= budget * RETAIN_SHARE:
-        return
+def settle_memory(budget: int, baseline: int) -> bool:
+    """After a task: give kept memory back once it exceeds RETAIN_SHARE of the budget (beyond the
+    ``baseline`` an idle worker holds: its interpreter and libraries), so memory kept for reuse
+    (and the heap fragmentation it brings) never crowds out the next task. Return True when it is
+    still above that share (Polars' allocator keeps its pages): the worker then retires after its
+    reply, and the executor starts a fresh one in its place."""
+    limit = baseline + budget * RETAIN_SHARE
+    if _current_rss() <= limit:
+        return False
     import pyarrow
 
-    pyarrow.default_memory_pool().release_unused()  # Arrow's own allocator (Polars' cannot be asked)
+    pyarrow.default_memory_pool().release_unused()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+    return _current_rss() > limit
 
 
 def _current_rss() -> int:
@@ -181,6 +189,7 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
     pyarrow.set_cpu_count(threads)
     preload()
     retain_freed_memory()
+    baseline = _current_rss()
     watch = _MemoryWatch(memory_budget)
     watch.start()
     backends: dict[str, Backend] = {}
@@ -203,11 +212,13 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
             upcoming = PrefetchCache(memory_budget // 4)
             upcoming.prepare(next_id, next_inputs, lambda url, config=config: _backend(backends, url, config))
         reply = _run_task((task_id, fn, args, config), watch, backends, current)
+        retire = settle_memory(memory_budget, baseline)
         try:
-            conn.send(reply)
+            conn.send(reply + (retire,) if reply[0] == "ok" else reply)
         except ConnectionError:  # the driver is gone: exit quietly (issue 12, promise 6)
             return
-        release_if_large(memory_budget)
+        if retire:
+            return
 
 
 def _backend(backends: dict[str, Backend], url: str, config: Any) -> Backend:

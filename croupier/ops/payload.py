@@ -82,17 +82,6 @@ def _write_groups(sink: Any, schema: pa.Schema, options: pa.ipc.IpcWriteOptions,
     return cuts
 
 
-#: At most this many batches, of at least LARGE_BATCH bytes on average, are decoded as chunks of
-#: their own rather than copied into one (Polars works on a few large chunks at full speed).
-FEW_BATCHES = 64
-LARGE_BATCH = 1 << 20
-
-
-def _many_small(batches: Sequence[pa.RecordBatch], nbytes: int) -> bool:
-    """Whether decoded ``batches`` are worth copying into one chunk per column."""
-    return len(batches) > FEW_BATCHES or (len(batches) > 1 and nbytes < LARGE_BATCH * len(batches))
-
-
 def _decode_messages(payloads: Sequence[memoryview | bytes], schema: pa.Schema) -> list[pa.RecordBatch]:
     """Record batches from IPC message payloads (no schema message) of ``schema``: large payloads
     read in place, runs of small ones copied into one stream and read by Arrow in one call."""
@@ -233,13 +222,13 @@ class FrameCodec:
         batches = _decode_messages([p for c in chunks for p in c.parts], arrow_schema)
         if not batches:
             return pl.DataFrame(schema=schema)
-        # many small batches become one contiguous chunk per column: a broadcast read gathers every
-        # bucket of every producer (12 producers x 128 buckets = 1,536 batches in TPC-H Q12), and
-        # Polars keeps each batch as a chunk of its own, which made the join that followed 25x
-        # slower (82 ms instead of 3); a few large batches stay as they are (copying a final
-        # aggregation's 340 MB input into fresh memory took 0.3 s of its task)
+        # one contiguous chunk per column: a broadcast read gathers every bucket of every producer
+        # (12 producers x 128 buckets = 1,536 batches in TPC-H Q12), and Polars keeps each batch as
+        # a chunk of its own, which made the join that followed 25x slower (82 ms instead of 3);
+        # even 16 chunks of 4 MB made a gather 4x and a join 2.5x slower than one chunk, while the
+        # copy costs about 10 ms per 60 MB in memory a worker keeps (see compute.worker)
         table = pa.Table.from_batches(batches, arrow_schema)
-        df = pl.from_arrow(table.combine_chunks(), rechunk=False) if _many_small(batches, table.nbytes) else pl.from_arrow(table, rechunk=False)
+        df = pl.from_arrow(table.combine_chunks() if len(batches) > 1 else table, rechunk=False)
         assert isinstance(df, pl.DataFrame)
         if plain != schema:
             df = df.cast(dict(schema))  # type: ignore[arg-type]
