@@ -108,7 +108,7 @@ def polars_scratch(ctx: TaskContext, nbytes: int) -> int:
     """Fill and drop a Polars column of about ``nbytes``; return this worker's pid."""
     import polars as pl
 
-    column = pl.int_range(0, nbytes // 8, eager=True).cast(pl.Int64) * 3
+    column = pl.int_range(0, nbytes // 8, eager=True, dtype=pl.Int64) * 3  # two columns of nbytes
     assert column.len() == nbytes // 8
     del column
     return os.getpid()

@@ -147,13 +147,13 @@ def test_a_users_allocator_settings_win_over_the_workers_defaults() -> None:
 
 def test_a_worker_that_keeps_too_much_memory_retires_and_a_fresh_one_takes_its_place() -> None:
     """Workers keep freed memory for their next task, but Polars' allocator never gives it back:
-    a worker holding more than RETAIN_SHARE of its budget beyond an idle worker's after a task
+    a worker holding more than RETIRE_SHARE of its budget beyond an idle worker's after a task
     retires (its result counts), and a fresh process runs the next task; small tasks keep theirs."""
-    config = Config(concurrency=1, function_memory=parse_size("1GiB"), speculation=None)
+    config = Config(concurrency=1, function_memory=parse_size("2GiB"), speculation=None)
     with LocalExecutor(config) as executor:
         small = executor.map([Task(f"s{i}", helpers.polars_scratch, (1 << 20,)) for i in range(3)])
         assert len({r.value for r in small}) == 1 and executor.retired == 0
-        big = executor.map([Task(f"b{i}", helpers.polars_scratch, (400 << 20,)) for i in range(2)])
+        big = executor.map([Task(f"b{i}", helpers.polars_scratch, (700 << 20,)) for i in range(2)])
         assert executor.retired == 2
         after = executor.map([Task("after", helpers.polars_scratch, (1 << 20,))])
     pids = [r.value for r in small + big + after]
