@@ -42,6 +42,9 @@ class StageReport:
     shared: tuple[str, ...] = ()
     #: per task: [task id, worker, started, finished (epoch seconds), {phase kind: wall seconds}]
     timeline: list[list[Any]] = field(default_factory=list)
+    #: reads of exchange objects served from rows a worker kept (broadcast sides): per channel and
+    #: request kind, the requests they would have been
+    cached: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -64,6 +67,7 @@ class StageReport:
             "timeline": [[t, w, round(a, 4), round(b, 4), {k: round(v, 4) for k, v in ph.items()}] for t, w, a, b, ph in self.timeline],
             "peak_rss": self.peak_rss,
             "retried_tasks": self.retried_tasks,
+            "cached": self.cached,
         }
 
 
@@ -86,6 +90,7 @@ class StageReport:
             predicted=data.get("predicted", {}),
             shared=tuple(data.get("shared", ())),
             timeline=data.get("timeline", []),
+            cached=data.get("cached", {}),
         )
 
 
@@ -204,3 +209,12 @@ class RunReport:
         if check:
             lines.append(check)
         return "\n".join(lines)
+
+
+def served_requests(exchange: dict[str, Any]) -> dict[str, int]:
+    """An exchange entry's requests as its plan counts them: those measured plus the reads a
+    worker served from rows it kept (broadcast sides read again by its later tasks)."""
+    out = dict(exchange.get("measured_requests", {}))
+    for kind, n in exchange.get("cached_requests", {}).items():
+        out[kind] = out.get(kind, 0) + n
+    return out

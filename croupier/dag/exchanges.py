@@ -100,7 +100,8 @@ class Exchanges:
             else:
                 raise ConfigError(f"stage {stage.name!r}: a side input cannot be read 'forward'")
             for j in range(n):
-                sides[j][name] = self.exchange_read(bound, j)
+                read = self.exchange_read(bound, j)
+                sides[j][name] = replace(read, shared=True) if side.read == "all" and n > 1 else read
         return mains, sides
 
     @staticmethod
@@ -404,8 +405,16 @@ class Exchanges:
                 got = totals.setdefault(channel, {})
                 for kind in ("PUT", "GET", "GET_RANGE"):
                     got[kind] = got.get(kind, 0) + stats.requests(kind)
+        cached: dict[str, dict[str, int]] = {}
+        for stage in self.run.report.stages:
+            for channel, kinds in stage.cached.items():
+                got = cached.setdefault(channel, {})
+                for kind, n in kinds.items():
+                    got[kind] = got.get(kind, 0) + n
         for entry in self.run.report.exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
+            if cached.get(f"x:{entry['producer']}"):  # reads a worker served from rows it kept (broadcast sides)
+                entry["cached_requests"] = cached[f"x:{entry['producer']}"]
 
 
 def _to_slow(task: Task, slow: str) -> Task:

@@ -143,6 +143,10 @@ class Run:
             report.retried_tasks += result.attempts > 1
             report.backup_wins += result.backup
             phases = result.value.get("phases") if isinstance(result.value, dict) else None
+            for channel, kinds in (result.value.get("cached", {}) if isinstance(result.value, dict) else {}).items():
+                got = report.cached.setdefault(channel, {})
+                for kind, n in kinds.items():
+                    got[kind] = got.get(kind, 0) + n
             if result.started and result.finished:
                 report.timeline.append([result.task_id, result.worker, result.started, result.finished, {k: v[1] for k, v in (phases or {}).items()}])
             for kind, values in (phases or {}).items():

@@ -164,7 +164,8 @@ class QueryResult:
                     span = f"{c['low']:.3f}-{c['high']:.3f}" if "low" in c else ""
                     mark = "*" if c.get("chosen") else " "
                     lines.append(f"  {mark} {c['plan']:<18} P={c['workers']:<4} {c['seconds']:8.3f} s ({span})  dominant: {c['dominant']}")
-                lines.append(f"    requests: plan {entry['predicted_requests']}, measured {entry.get('measured_requests')}")
+                cached = f" (+ served from rows workers kept: {entry['cached_requests']})" if entry.get("cached_requests") else ""
+                lines.append(f"    requests: plan {entry['predicted_requests']}, measured {entry.get('measured_requests')}{cached}")
         lines += ["decisions at run time:"] + ["  " + n for n in self.notes] if self.notes else []
         if self.report is not None:
             check = self.report.model_check()
