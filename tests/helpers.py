@@ -112,3 +112,10 @@ def polars_scratch(ctx: TaskContext, nbytes: int) -> int:
     assert column.len() == nbytes // 8
     del column
     return os.getpid()
+
+
+def kept_side_urls(ctx: TaskContext) -> list[str]:
+    """The store URLs of the broadcast sides this worker keeps (see croupier.dag.task.read_shared)."""
+    from croupier.dag.task import _SHARED
+
+    return sorted({key[0] for key in _SHARED})

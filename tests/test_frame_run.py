@@ -187,6 +187,12 @@ def test_a_worker_keeps_a_broadcast_side_for_its_next_tasks(data: dict[str, Path
             assert broadcast and any(e.get("cached_requests") for e in broadcast), report.exchanges
             assert all(served_requests(e) == e["predicted_requests"] for e in report.exchanges)
             assert any("read:cached" in s.phases for s in report.stages)
+        # each function that ran a probe task of the second run keeps that run's side only
+        from croupier.compute.base import Task
+        from tests import helpers
+
+        kept = [r.value for r in executor.map([Task(f"look{i}", helpers.kept_side_urls, ()) for i in range(2)])]
+        assert all(len(urls) == 1 for urls in kept), kept
 
 
 @pytest.mark.parametrize("gather_limit", [256 << 20, 0], ids=["one-task", "range"])

@@ -410,3 +410,13 @@ def test_a_profiles_remembered_lookups_follow_its_own_tables() -> None:
     assert (second.compute_cost(kind), second.call_cost(kind), second.relative_error(f"compute:{kind}")) == (1e-6, 0.5, 0.25)
     assert (first.compute_cost(kind), first.call_cost(kind), first.relative_error(f"compute:{kind}")) == before
     assert before[0] != 1e-6
+
+
+def test_a_stage_whose_tasks_found_a_kept_side_pays_only_the_decodes_that_ran() -> None:
+    """Six probe tasks on two functions: two fetched and decoded the broadcast side (two objects),
+    four found it kept (``read:cached``); the side's fixed decode cost is paid twice, not six times."""
+    facts = StageFacts("probe", 6, {"read:exchange-frames-arrow": 1e6}, exchange_reads=2, calls={"read:exchange-frames-arrow": 2, "read:cached": 4})
+    assert phase_calls(facts, "read:exchange-frames-arrow") == 2
+    assert phase_calls(facts, "read:cached") == 4
+    many = StageFacts("reduce", 4, {"read:exchange-frames-arrow": 1e6}, exchange_reads=48, calls={"read:exchange-frames-arrow": 4})
+    assert phase_calls(many, "read:exchange-frames-arrow") == 48  # one per object fetched

@@ -249,15 +249,18 @@ SHARED_SHARE = 1 / 16
 
 def read_shared(ctx: TaskContext, source: ExchangeRead, phases: Phases, cached: dict[str, dict[str, int]]) -> pl.DataFrame:
     """A broadcast side: every task of its stage reads the same objects, so a worker that decoded
-    them for one task keeps the rows for its next ones (as a warm function keeps its globals), and
-    of 15 probe tasks on 2 workers 2 fetch and decode it instead of 15 (TPC-H Q12 at SF 1: 19 ms
-    of each task). Exchange objects of a run are written once and never change, and their keys
-    name the run, so equal fetches mean equal rows. A hit is a phase ``read:cached`` of no bytes,
-    and its requests are counted apart (``cached``: per channel and kind), so an exchange's
-    requests plus its cached ones still equal its plan's."""
+    them for one task keeps the rows for its next ones, and of 15 probe tasks on 2 workers 2 fetch
+    and decode it instead of 15 (TPC-H Q12 at SF 1: 19 ms of each task). Local workers only in
+    effect: Lithops runs each call in a process of its own, so its tasks never find one kept.
+    Exchange objects of a run are written once and never change, and their store URL names the
+    run, so equal fetches mean equal rows; rows of an earlier run are dropped on the next miss.
+    A hit is a phase ``read:cached`` of no bytes, and its requests are counted apart (``cached``:
+    per channel and kind), so an exchange's requests plus its cached ones still equal its plan's."""
     key = (source.url, source.fetches, source.fmt, tuple((source.schema or {}).items()))
     frame = _SHARED.get(key)
     if frame is None:
+        for stale in [k for k in _SHARED if k[0] != source.url]:  # an earlier run's (its URL names it)
+            del _SHARED[stale]
         frame = phases.run(read_kind(source), read, ctx, source)
         budget = ctx.config.function_memory * SHARED_SHARE
         size = frame.estimated_size()

@@ -52,6 +52,9 @@ BOOTSTRAP = 100
 READ_PREFIX, WRITE_PREFIX, BOTH = "read:", "write:", ("regroup",)
 #: Fallback keys fitted from all kinds of a family, for kinds a later run has that the fit never saw.
 FAMILIES = ("read:", "write:", "")
+#: Kinds that say nothing of what their family's unseen kinds cost: a broadcast side a function
+#: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured.
+NOT_A_FAMILY = frozenset({"read:cached"})
 
 
 @dataclass(frozen=True)
@@ -313,7 +316,7 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
         if k not in compute:
             compute[k], calls[k] = per_signature(d.bytes[rows, j], d.calls[rows, j], d.cpu[rows, j], _known(calls[base_kind(k)], base.call_cost(k)))
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
-        js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family))]
+        js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
         if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
             compute[family] = robust_ratio(d.bytes[rows][:, js].sum(axis=1), d.cpu[rows][:, js].sum(axis=1))
             known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]

@@ -177,9 +177,10 @@ def _add(a: Term, b: Term) -> Term:
 def phase_calls(facts: StageFacts, kind: str) -> float:
     """How many times a stage pays phase ``kind``'s fixed cost: an exchange read once per object it
     fetches (each is opened and decoded apart: a consumer of 12 producers pays it 12 times, which
-    a cost per task under-predicted several-fold on TPC-H), every other kind once per call."""
+    a cost per task under-predicted several-fold on TPC-H), every other kind once per call. (Not
+    once per task: a task that found a broadcast side kept by its function decodes nothing.)"""
     if kind.startswith("read:exchange") and facts.exchange_reads > 0:
-        return float(max(facts.exchange_reads, facts.tasks))
+        return float(max(facts.exchange_reads, facts.calls.get(kind, facts.tasks)))
     return facts.calls.get(kind, max(1, facts.tasks))
 
 
