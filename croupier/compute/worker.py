@@ -124,9 +124,11 @@ def retain_freed_memory() -> None:
 #: default both hand freed pages back to the system within milliseconds to seconds, so each task
 #: faults its memory in anew; on this kind of VM that made hash-partitioning a million query rows
 #: 75 ms instead of 43, and encoding a final stage's 180 MB result 0.45 s instead of 0.05.
-#: Polars' allocator can then never give pages back, and memory one allocator keeps cannot serve
-#: another, so a worker whose memory stays above RETIRE_SHARE of its budget after a task (and
-#: after Arrow and glibc gave back what they can) retires, and a fresh worker takes its place
+#: Neither allocator can then give pages back (with a purge delay of -1, mimalloc ignores even
+#: Arrow's ``release_unused``; a finite delay let it, and the 180 MB encode took 0.16-0.75 s
+#: again), and memory one allocator keeps cannot serve another, so a worker whose memory stays
+#: above RETIRE_SHARE of its budget after a task (and after glibc gave back what it can) retires,
+#: and a fresh worker takes its place
 #: (:func:`settle_memory`): a later task always has at least half its budget beyond what earlier
 #: ones kept (and Polars reuses what they kept). A worker that still went over would be stopped
 #: by the memory watch and its task retried on a fresh worker. Settings the user makes win (see
@@ -151,6 +153,7 @@ def worker_environment(environ: Mapping[str, str], threads: int) -> dict[str, st
         out["MIMALLOC_PURGE_DELAY"] = ALLOCATOR_ENV["MIMALLOC_PURGE_DELAY"]
     return out
 
+
 #: Share of the memory budget a function may keep from earlier tasks before giving it back.
 RETAIN_SHARE = 0.25
 #: Share of the memory budget a function may still hold after giving back what it can, before it
@@ -163,13 +166,13 @@ def settle_memory(budget: int, baseline: int) -> bool:
     """After a task: give kept memory back once it exceeds RETAIN_SHARE of the budget (beyond the
     ``baseline`` an idle worker holds: its interpreter and libraries), so memory kept for reuse
     (and the heap fragmentation it brings) never crowds out the next task. Return True when it is
-    then still above RETIRE_SHARE (Polars' allocator keeps its pages): the worker retires after
-    its reply, and the executor starts a fresh one in its place."""
+    then still above RETIRE_SHARE (Polars' and Arrow's allocators keep their pages): the worker
+    retires after its reply, and the executor starts a fresh one in its place."""
     if _current_rss() <= baseline + budget * RETAIN_SHARE:
         return False
     import pyarrow
 
-    pyarrow.default_memory_pool().release_unused()
+    pyarrow.default_memory_pool().release_unused()  # gives back only under a user's finite purge delay
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
