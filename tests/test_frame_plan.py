@@ -213,3 +213,20 @@ def test_explain_previews_a_forced_algorithm_as_the_run_binds_it(tmp_path: Path,
     chosen = [line for line in text.splitlines() if line.lstrip().startswith("* ")]
     assert chosen and all(line.split()[1] == algorithm for line in chosen), text
     assert all("P=4" in line for line in chosen), text
+
+
+@pytest.mark.parametrize("algorithm", [None, "direct"])
+def test_explain_prices_a_query_exchange_with_the_query_s_own_phase_kinds(tmp_path: Path, algorithm: str | None) -> None:
+    """The preview prices a group-by's exchange with the phase kinds the runner will pass when it
+    binds it (the consumer's: exchange read, aggregate; or, bound early, the producer's), never
+    with TeraSort's records kernels, which made a first run's preview name records_sort."""
+    import croupier
+    from croupier.config import Config
+
+    for i in range(3):  # enough rows that compute dominates the prediction
+        pl.DataFrame({"k": pl.int_range(i, 1_000_000 + i, eager=True) % 997, "v": pl.int_range(0, 1_000_000, eager=True)}).write_parquet(tmp_path / f"part-{i}.parquet", compression="uncompressed")
+    config = Config(concurrency=2, calibration="off", algorithm=algorithm, workers=4 if algorithm else None)
+    text = croupier.scan_parquet(str(tmp_path / "*.parquet"), config).group_by("k").agg(col("v").sum()).explain()
+    priced = [line for line in text.splitlines() if "dominant: compute" in line]
+    assert priced, text
+    assert not any("records" in line for line in priced), text

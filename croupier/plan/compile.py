@@ -378,11 +378,17 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
     """Explain lines for a dry compile: for each exchange whose producers read stored files, the
     selector's candidates for the bytes those files hold (an upper bound of what the producers will
     write; at run time D is measured). ``store_of(url)`` opens stores for listing."""
-    from croupier.dag.binding import Binder
+    from croupier.dag.binding import Binder, stage_kinds
     from croupier.dag.scan import resolve
 
     lines: list[str] = []
-    binder = Binder(compiler.config, compiler.config.tmp_url or "file:///tmp")
+    tmp_url = compiler.config.tmp_url or "file:///tmp"
+    binder = Binder(compiler.config, tmp_url)
+    encoding = compiler.config.shuffle_encoding(tmp_url)
+
+    def format_of(rep: str) -> str:  # as the runner's exchanges encode each representation
+        return encoding if rep == "records" else ("arrow" if encoding == "raw" else encoding)
+
     for stage in compiler.stages:
         sink = stage.sink
         if not isinstance(sink, ExchangeSink) or isinstance(sink.partitioning, SinglePartitioning) or not isinstance(stage.source, ScanSource):
@@ -394,10 +400,14 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             continue
         nbytes = sum(o.size for o in objects)
         senders = max(1, len(objects))
+        # priced with the phase kinds the runner passes when it binds the exchange (not a sort's)
         if binder.binds_early(sink):  # as the runner binds it
-            decision = binder.early(nbytes, senders, "estimated from the files it reads")
+            kinds = {"map": stage_kinds(stage, format_of), "reduce": (f"read:exchange-{stage.rep}-{format_of(stage.rep)}",)}
+            decision = binder.early(nbytes, senders, "estimated from the files it reads", phases=kinds)
         else:
-            decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated")
+            consumer = next((c for c in compiler.stages if isinstance(c.source, ExchangeInput) and c.source.stage is stage), None)
+            kinds = {"reduce": stage_kinds(consumer, format_of)} if consumer is not None else None
+            decision = binder.late(nbytes, senders, binder.fine_buckets(), "estimated", phases=kinds)
         assert decision.choice is not None
         lines.append(f"{stage.name} (if it wrote all it reads): {decision.how}")
         for c in decision.choice.ranked(5):
