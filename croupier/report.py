@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from croupier.storage.stats import KINDS, IOStats
 from croupier.units import format_bytes
@@ -209,6 +209,14 @@ class RunReport:
         if check:
             lines.append(check)
         return "\n".join(lines)
+
+
+def add_counts(into: dict[str, dict[str, int]], more: Mapping[str, Mapping[str, int]]) -> None:
+    """Add request counts per channel and kind (``more``) into ``into``."""
+    for channel, kinds in more.items():
+        got = into.setdefault(channel, {})
+        for kind, n in kinds.items():
+            got[kind] = got.get(kind, 0) + n
 
 
 def served_requests(exchange: dict[str, Any]) -> dict[str, int]:

@@ -196,6 +196,21 @@ def stage_kinds(stage: Stage, format_of: Callable[[str], str]) -> tuple[str, ...
     return tuple(dict.fromkeys(kinds))
 
 
+def format_for(encoding: str, rep: str) -> str:
+    """The chunk codec of a representation ("records" or "frames") when shuffle objects are
+    encoded as ``encoding``: "raw" is the records' own bytes; query rows travel as uncompressed
+    Arrow instead."""
+    if rep == "records":
+        return encoding
+    return "arrow" if encoding == "raw" else encoding
+
+
+def early_kinds(stage: Stage, format_of: Callable[[str], str]) -> Phases:
+    """Phase kinds of an exchange bound before ``stage``, its producer, writes: the producer's,
+    and its consumers' exchange read (what else they run is not the binding's to know yet)."""
+    return {"map": stage_kinds(stage, format_of), "reduce": (f"read:exchange-{stage.rep}-{format_of(stage.rep)}",)}
+
+
 def sort_phases(fmt: str) -> Phases:
     """Phase kinds of a query's range-partitioned sort: the stage that cuts the materialised input
     by splitters, and the stage that sorts each range (its write is not known yet: left out)."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from croupier.compute.base import Task, TaskResult
 from croupier.config import Config
 from croupier.dag.batcher import Batcher
-from croupier.dag.binding import Binder, Decision, stage_kinds
+from croupier.dag.binding import Binder, Decision, early_kinds, format_for, stage_kinds
 from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
@@ -30,6 +30,7 @@ from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.move import Fetch, Written
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
+from croupier.report import add_counts
 from croupier.units import format_bytes
 
 
@@ -56,14 +57,11 @@ class Exchanges:
         self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
         if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
             tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
-        encoding = self.config.shuffle_encoding(tmp_url)
-        self.records_format = encoding
-        # "raw" is the records' own bytes; query rows travel as uncompressed Arrow instead
-        self.frames_format = "arrow" if encoding == "raw" else encoding
+        self.encoding = self.config.shuffle_encoding(tmp_url)
 
     def format_of(self, rep: str) -> str:
         """The chunk codec of a representation ("records" or "frames")."""
-        return self.records_format if rep == "records" else self.frames_format
+        return format_for(self.encoding, rep)
 
     def reads(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> tuple[list[Any], list[dict[str, ExchangeRead]]]:
         """Per task: the main read and the side reads."""
@@ -282,8 +280,7 @@ class Exchanges:
             return
         if self.binder.binds_early(sink):
             estimate = self.input_bytes(stage, inputs, out)
-            kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
-            decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)", kinds)
+            decision = self.binder.early(estimate, n, "estimated from the stage's input (a plain algorithm needs P before its producers write)", early_kinds(stage, self.format_of))
             out.plan, out.early = decision.plan, True
             out.notes.append(f"writes: {decision.how}")
             return
@@ -301,7 +298,7 @@ class Exchanges:
             workers, buckets = sink.plan.workers, sink.plan.bucket_count
         else:
             buckets = self.binder.fine_buckets()
-            kinds = {"map": stage_kinds(stage, self.format_of), "reduce": (f"read:exchange-{stage.rep}-{self.format_of(stage.rep)}",)}
+            kinds = early_kinds(stage, self.format_of)
             with self._lock:  # one P for every hybrid exchange of the run: a join's hybrid sides must agree
                 workers = self.config.workers or self._hybrid_workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
                 workers = self._hybrid_workers = min(workers, buckets)
@@ -407,10 +404,7 @@ class Exchanges:
                     got[kind] = got.get(kind, 0) + stats.requests(kind)
         cached: dict[str, dict[str, int]] = {}
         for stage in self.run.report.stages:
-            for channel, kinds in stage.cached.items():
-                got = cached.setdefault(channel, {})
-                for kind, n in kinds.items():
-                    got[kind] = got.get(kind, 0) + n
+            add_counts(cached, stage.cached)
         for entry in self.run.report.exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
             if cached.get(f"x:{entry['producer']}"):  # reads a worker served from rows it kept (broadcast sides)

@@ -23,7 +23,7 @@ from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.session import current_session, new_executor
 from croupier.config import Config
 from croupier.errors import ConfigError, StorageError
-from croupier.report import RunReport, StageReport
+from croupier.report import RunReport, StageReport, add_counts
 from croupier.storage import IOStats, Store, open_store
 from croupier.storage.commit import OutputCommit
 from croupier.storage.lease import TMP_FOLDER, LeaseKeeper, RunTemp
@@ -143,10 +143,7 @@ class Run:
             report.retried_tasks += result.attempts > 1
             report.backup_wins += result.backup
             phases = result.value.get("phases") if isinstance(result.value, dict) else None
-            for channel, kinds in (result.value.get("cached", {}) if isinstance(result.value, dict) else {}).items():
-                got = report.cached.setdefault(channel, {})
-                for kind, n in kinds.items():
-                    got[kind] = got.get(kind, 0) + n
+            add_counts(report.cached, result.value.get("cached", {}) if isinstance(result.value, dict) else {})
             if result.started and result.finished:
                 report.timeline.append([result.task_id, result.worker, result.started, result.finished, {k: v[1] for k, v in (phases or {}).items()}])
             for kind, values in (phases or {}).items():

@@ -378,16 +378,15 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
     """Explain lines for a dry compile: for each exchange whose producers read stored files, the
     selector's candidates for the bytes those files hold (an upper bound of what the producers will
     write; at run time D is measured). ``store_of(url)`` opens stores for listing."""
-    from croupier.dag.binding import Binder, stage_kinds
+    from functools import partial
+
+    from croupier.dag.binding import Binder, early_kinds, format_for, stage_kinds
     from croupier.dag.scan import resolve
 
     lines: list[str] = []
     tmp_url = compiler.config.tmp_url or "file:///tmp"
     binder = Binder(compiler.config, tmp_url)
-    encoding = compiler.config.shuffle_encoding(tmp_url)
-
-    def format_of(rep: str) -> str:  # as the runner's exchanges encode each representation
-        return encoding if rep == "records" else ("arrow" if encoding == "raw" else encoding)
+    format_of = partial(format_for, compiler.config.shuffle_encoding(tmp_url))  # as the runner encodes
 
     for stage in compiler.stages:
         sink = stage.sink
@@ -402,8 +401,7 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
         senders = max(1, len(objects))
         # priced with the phase kinds the runner passes when it binds the exchange (not a sort's)
         if binder.binds_early(sink):  # as the runner binds it
-            kinds = {"map": stage_kinds(stage, format_of), "reduce": (f"read:exchange-{stage.rep}-{format_of(stage.rep)}",)}
-            decision = binder.early(nbytes, senders, "estimated from the files it reads", phases=kinds)
+            decision = binder.early(nbytes, senders, "estimated from the files it reads", phases=early_kinds(stage, format_of))
         else:
             consumer = next((c for c in compiler.stages if isinstance(c.source, ExchangeInput) and c.source.stage is stage), None)
             kinds = {"reduce": stage_kinds(consumer, format_of)} if consumer is not None else None
