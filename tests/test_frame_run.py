@@ -195,6 +195,35 @@ def test_a_worker_keeps_a_broadcast_side_for_its_next_tasks(data: dict[str, Path
         assert all(len(urls) == 1 for urls in kept), kept
 
 
+@pytest.mark.parametrize("how", ["inner", "left", "anti"])
+def test_kept_broadcast_sides_with_null_keys_and_an_empty_side_answer_like_polars(config: Config, tmp_path: Path, how: str) -> None:
+    """Probe tasks that find a broadcast side kept by their function give Polars' answer: null keys
+    on both sides (they match nothing), and a side that is empty after its filter."""
+    from croupier.compute import LocalExecutor
+
+    rng = np.random.default_rng(5)
+    (tmp_path / "facts").mkdir()
+    (tmp_path / "side").mkdir()
+    for i in range(4):
+        keys = pl.Series("k", rng.integers(0, 30, 3_000), dtype=pl.Int64).scatter(rng.integers(0, 3_000, 300), None)
+        pl.DataFrame({"k": keys, "q": rng.integers(0, 9, 3_000)}).write_parquet(tmp_path / "facts" / f"part-{i}.parquet", row_group_size=1_000)
+    side = pl.DataFrame({"k": pl.Series([None, *range(25)], dtype=pl.Int64), "name": [None, *(f"n{i}" for i in range(25))]})
+    side.write_parquet(tmp_path / "side" / "part-0.parquet")
+    facts = pl.read_parquet(tmp_path / "facts" / "*.parquet")
+    with LocalExecutor(config) as executor:
+        whole = (col("k").is_null() | (col("k") < 100), pl.col("k").is_null() | (pl.col("k") < 100))  # its null key too
+        for keep, same in (whole, (col("k") > 100, pl.col("k") > 100)):  # the whole side; none of it
+            q = cf.scan_parquet(tmp_path / "facts", config=config).join(cf.scan_parquet(tmp_path / "side", config=config).filter(keep), on="k", how=how)
+            got = q.collect(executor=executor)
+            expected = facts.join(side.filter(same), on="k", how=how)
+            assert side.filter(same).height in (0, side.height)
+            assert got.schema == expected.schema
+            assert got.sort(got.columns, nulls_last=True).equals(expected.sort(expected.columns, nulls_last=True)), (how, expected.height)
+            report = q.last_run.report  # type: ignore[union-attr]
+            assert any(e["plan"].startswith("broadcast") and e.get("cached_requests") for e in report.exchanges), report.exchanges
+            assert all(served_requests(e) == e["predicted_requests"] for e in report.exchanges)
+
+
 @pytest.mark.parametrize("gather_limit", [256 << 20, 0], ids=["one-task", "range"])
 def test_sort_several_keys_with_nulls_head_and_top_k(data: dict[str, Path], config: Config, gather_limit: int) -> None:
     config = config.with_(gather_limit=gather_limit)
