@@ -100,3 +100,20 @@ def test_wire_schemas_are_remembered_per_exact_schema() -> None:
     got = [wire_schema(pl.Schema(v)) for v in variants]
     assert len({str(s) for s in got}) == len(variants)
     assert all(wire_schema(pl.Schema(v)) is s for v, s in zip(variants, got))
+
+
+def test_arrow_uses_its_thread_pool_only_for_large_messages_in_a_process_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small exchange messages are (de)compressed in the calling thread: through Arrow's pool,
+    decoding 768 zstd messages of 60 KB took 1.5-2x as long, on a pool of one thread (a
+    function's) as of two. A large message on a process with cores to spare uses the pool."""
+    import pyarrow as pa
+
+    from croupier.ops import codec
+
+    big, small = codec.THREADED_MESSAGE, codec.THREADED_MESSAGE // 16
+    monkeypatch.setattr(pa, "cpu_count", lambda: 4)
+    assert codec.write_options("zstd", big).use_threads and codec.read_options(big).use_threads
+    assert not codec.write_options("zstd", small).use_threads and not codec.read_options(small).use_threads
+    assert not codec.write_options(None, big).use_threads  # nothing to compress
+    monkeypatch.setattr(pa, "cpu_count", lambda: 1)  # a function of one core (workers set Arrow's pool to their threads)
+    assert not codec.write_options("lz4", big).use_threads and not codec.read_options(big).use_threads

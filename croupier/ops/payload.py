@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from croupier.exchange.segments import Chunk
-from croupier.ops.codec import fixed_binary_bytes
+from croupier.ops.codec import SMALL_MESSAGES, fixed_binary_bytes, write_options
 from croupier.ops.records import RECORD_SIZE
 
 RECORD_FORMATS = ("raw", "arrow", "arrow-lz4", "arrow-zstd")
@@ -50,7 +50,7 @@ def _stream_cuts(schema: pa.Schema, fmt: str, groups: Sequence[Sequence[pa.Recor
     took a sixth of an encode of 128 buckets)."""
     small = size < SMALL_PAYLOAD * max(1, len(groups))  # tiny buckets: compression costs more than it saves
     compression = None if small else _COMPRESSION[fmt]
-    options = pa.ipc.IpcWriteOptions(compression=compression)
+    options = write_options(compression, size / max(1, sum(len(g) for g in groups)))
     header = schema.serialize()
     if compression is None:
         # uncompressed, the stream's size is known before writing it (a counting pass copies
@@ -110,7 +110,7 @@ def _read_stream(payloads: Sequence[memoryview | bytes], schema: pa.Schema) -> l
     if len(payloads) <= 1:
         return [b for payload in payloads for b in _read_in_place(payload, schema)]
     stream = b"".join([schema.serialize().to_pybytes(), *payloads])
-    return list(pa.ipc.open_stream(pa.py_buffer(stream)))
+    return list(pa.ipc.open_stream(pa.py_buffer(stream), options=SMALL_MESSAGES))  # small by construction
 
 
 # --- records ---------------------------------------------------------------------------------------
