@@ -12,7 +12,9 @@ their errors, and the selector's regret (auto's wall time over the fastest of sl
 With ``levels``: MinFlow's memory levels, on the slow tier: a 3-level plan whose level 2 happens
 inside one task per group of workers (``--algorithm 3-level+wc+mem``; the selector picks P and
 the group sizes). With ``3level``: the same family with every level through the slow tier
-(``--algorithm 3-level+wc``), to set beside ``levels``.
+(``--algorithm 3-level+wc``), to set beside ``levels``. With ``hybrid-pipelined`` and
+``hybrid-unpipelined``: the hybrid with its rounds pipelined or not (``Config.pipelined``; plain
+``hybrid`` takes the variant the model prefers).
 Profiles: shipped seaweedfs-loopback and redis-loopback; with ``--calibrate``, profiles fitted
 on the spot (a quick calibration of the SeaweedFS bucket, ``croupier calibrate --store
 redis://...`` of the Redis server), which the runs' selector and the predictions both use.
@@ -52,17 +54,24 @@ BUCKET = "croupier-bench"
 FAST_MEMORY = 512 << 20
 
 
+#: Rows that force the hybrid's variant (``Config.pipelined``).
+VARIANTS = {"hybrid-pipelined": True, "hybrid-unpipelined": False}
+
+
 def run_one(root: str, size: int, tier: str, config: Config, workers: int | None) -> dict[str, object]:
     """One sort of the input at ``root/in`` with ``tier``; its measurements."""
     out = f"{root}/out-{tier}"
     # memory levels: in the tasks' memory, the storage levels on the slow tier
-    forced = {"algorithm": "3-level+wc+mem", "tier": "slow"} if tier == "levels" else {"tier": tier}
+    forced: dict[str, object] = {"algorithm": "3-level+wc+mem", "tier": "slow"} if tier == "levels" else {"tier": tier}
     if tier == "3level":  # the same family, every level through the slow tier
         forced = {"algorithm": "3-level+wc", "tier": "slow"}
+    if tier in VARIANTS:  # the hybrid with its rounds pipelined or not (plain "hybrid": the model's variant)
+        forced = {"tier": "hybrid", "pipelined": VARIANTS[tier]}
     report = sort(f"{root}/in", out, workers, config.with_(**forced))
     open_store(out, config).delete_prefix()
     stages = [s for s in report.stages if s.name in ("map", "reduce") or s.name.startswith(("reduce level ", "map round ", "map combine "))]
-    exchange = sum(s.wall_seconds for s in stages)
+    calls = {s.shared or (s.name,): s.wall_seconds for s in stages}  # stages of one executor call (a pipelined round) report its wall each
+    exchange = sum(calls.values())
     (entry,) = report.exchanges
     # the exchange's own request time (what Table 3 models): its write and read phases' request
     # seconds (and the combiners'), summed over tasks, spread over the functions running at once
@@ -94,7 +103,7 @@ def plan_of(row: dict[str, object]) -> ExchangePlan:
         return LevelsPlan(Topology.parse(head.removesuffix("+wc").split(" ")[-1]), head.endswith("+wc"), m, None, (1,))
     if name.startswith("hybrid"):
         rounds = max(1, int(row["rounds"]))  # type: ignore[call-overload]
-        return HybridPlan.build(p, m, -(-m // rounds))
+        return HybridPlan.build(p, m, -(-m // rounds), pipelined=name.endswith(" pipelined"))
     combine = name.endswith("+wc")
     base = name.removesuffix("+wc")
     topology = Topology.direct(p) if base == "direct" else Topology.parse(base.split(" ")[-1])
@@ -171,7 +180,7 @@ def main() -> None:
                 open_store(root, base).delete_prefix()
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'size':>9} {'tier':>6} {'used':>18} {'P':>3} {'wall s':>8} {'xchg s':>8} {'model s':>8} {'err':>6} {'io s':>8} {'T3 s':>8} {'err':>6}  regret")
+    print(f"\n{'size':>9} {'tier':>18} {'used':>26} {'P':>3} {'wall s':>8} {'xchg s':>8} {'model s':>8} {'err':>6} {'io s':>8} {'T3 s':>8} {'err':>6}  regret")
     for size in sizes:
         mine = [r for r in rows if r["size"] == size]
         best = min(float(r["wall"]) for r in mine if r["tier"] != "auto" and not r["fallback"])  # type: ignore[arg-type]
@@ -179,7 +188,7 @@ def main() -> None:
             regret = f"{float(r['wall']) / best:.2f}" if r["tier"] == "auto" else ""  # type: ignore[arg-type]
             note = (f"  fell back: {r['fallback']}" if r["fallback"] else "") + (f"  {r['spills']} producer(s) spilled" if r["spills"] else "")
             print(
-                f"{format_bytes(size):>9} {r['tier']:>6} {str(r['used']):>18} {r['workers']:>3} {r['wall']:>8} {r['exchange_seconds']:>8} {r['stage_model_seconds']:>8} {r['stage_model_error']:>6} "
+                f"{format_bytes(size):>9} {r['tier']:>18} {str(r['used']):>26} {r['workers']:>3} {r['wall']:>8} {r['exchange_seconds']:>8} {r['stage_model_seconds']:>8} {r['stage_model_error']:>6} "
                 f"{r['exchange_io_seconds']:>8} {r['predicted_exchange_seconds']:>8} {r['model_error']:>6}  {regret}{note}"
             )
     if args.json_path:

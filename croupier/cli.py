@@ -206,9 +206,10 @@ class CroupierGroup(click.Group):
 @click.option("--calibrate/--no-calibrate", "calibrate", default=None, help="Calibrate a store on its first run here and refine its profile from every run (default), or use the shipped profile.")
 @click.option("--fast-tier", "fast_tier", type=URL, default=None, help="A fast store for exchange objects beside the slow one: redis://host:port[/db]/prefix.")
 @click.option("--tier", type=click.Choice(["auto", "slow", "fast", "hybrid"]), default=None, help="Where exchanges put their objects: auto (the model chooses per exchange, default), slow, fast, or hybrid (rounds through the fast tier, runs on the slow one); fast and hybrid need --fast-tier.")
+@click.option("--pipelined/--no-pipelined", "pipelined", default=None, help="A hybrid exchange's rounds pipelined (combiners beside the producers) or not (default: the variant the model predicts better).")
 @click.option("-v", "--verbose", is_flag=True, help="Show worker tracebacks on failure.")
 @click.pass_context
-def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, workers: int | None, algorithm: str | None, topology: str | None, objective: str | None, budget: float | None, executor: str | None, lithops_config: str | None, progress: bool | None, calibrate: bool | None, fast_tier: str | None, tier: str | None, verbose: bool) -> None:
+def main(ctx: click.Context, concurrency: int | None, function_memory: int | None, tmp_url: str | None, intermediate: str | None, s3_endpoint: str | None, s3_anonymous: bool, profile_name: str | None, max_workers: int | None, workers: int | None, algorithm: str | None, topology: str | None, objective: str | None, budget: float | None, executor: str | None, lithops_config: str | None, progress: bool | None, calibrate: bool | None, fast_tier: str | None, tier: str | None, pipelined: bool | None, verbose: bool) -> None:
     """Croupier: serverless-style data analytics through object storage.
 
     The options here may also be given after the subcommand (unless it has an option of the same
@@ -220,7 +221,7 @@ def main(ctx: click.Context, concurrency: int | None, function_memory: int | Non
             concurrency=concurrency, function_memory=function_memory, tmp_url=tmp_url, intermediate_format=intermediate, progress=progress,
             profile=profile_name, max_workers=max_workers, executor=executor, lithops_config=lithops_config,
             calibration=None if calibrate is None else ("auto" if calibrate else "off"),
-            fast_tier=fast_tier, tier=tier, workers=workers, algorithm=algorithm, topology=topology, objective=objective, budget=budget,
+            fast_tier=fast_tier, tier=tier, pipelined=pipelined, workers=workers, algorithm=algorithm, topology=topology, objective=objective, budget=budget,
         )  # fmt: skip
     except (CroupierError, ValueError) as exc:
         raise click.UsageError(redact(str(exc)), ctx) from exc

@@ -216,6 +216,10 @@ class Config:
     fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
                          --store redis://...`` or a shipped name: redis-loopback, aws-elasticache,
                          s3-express); None: the shipped one for its kind
+    pipelined:           a hybrid exchange's rounds: True pipelined (each round's combiners beside
+                         its producers, plain fast objects), False not (combined fast objects,
+                         combiners after the round's last producer); None (the default): the
+                         variant the model predicts better (see croupier.exchange.hybrid)
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -249,6 +253,7 @@ class Config:
     fast_tier: str | None = None
     tier: str = "auto"
     fast_profile: str | None = None
+    pipelined: bool | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lease, (int, float)) and math.isfinite(self.lease) and self.lease > 0):

@@ -14,7 +14,7 @@ import pytest
 import croupier.frame as cf
 from croupier.compute import LocalExecutor
 from croupier.config import Config
-from croupier.errors import TaskError
+from croupier.errors import StoreFullError, TaskError
 from croupier.exchange.hybrid import HybridPlan, per_round_for
 from croupier.exchange.plan import ExchangePlan
 from croupier.frame import col, count
@@ -54,19 +54,35 @@ def test_every_combiner_reads_its_round_and_every_consumer_every_round() -> None
     assert plan.round_keys(1) == ["l0/s00003", "l0/s00004", "l0/s00005"]
 
 
-def test_the_counts_are_the_formula_on_each_tier() -> None:
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_the_counts_are_the_formula_on_each_tier(pipelined: bool) -> None:
     for m_all, m, p in ((7, 3, 3), (16, 4, 8), (5, 5, 2), (9, 1, 4)):
-        plan = HybridPlan.build(p, m_all, m)
+        plan = HybridPlan.build(p, m_all, m, pipelined=pipelined)
         r = -(-m_all // m)
-        assert plan.requests_by_tier() == {"fast": {"PUT": m_all, "GET": 0, "GET_RANGE": m_all * p}, "slow": {"PUT": r * p, "GET": r * p, "GET_RANGE": 0}}
-        assert plan.predicted_requests() == {"PUT": m_all + r * p, "GET": r * p, "GET_RANGE": m_all * p}
-        assert plan.delete_requests(1000) == r
+        fast = {"PUT": m_all * p, "GET": m_all * p, "GET_RANGE": 0} if pipelined else {"PUT": m_all, "GET": 0, "GET_RANGE": m_all * p}
+        assert plan.requests_by_tier() == {"fast": fast, "slow": {"PUT": r * p, "GET": r * p, "GET_RANGE": 0}}
+        assert plan.predicted_requests() == {k: fast[k] + {"PUT": r * p, "GET": r * p, "GET_RANGE": 0}[k] for k in fast}
+        assert plan.delete_requests(1000) == r and plan.delete_requests(2) == sum(-(-len(plan.round_keys(j)) // 2) for j in range(r))
         # every object written is read, once per reader that the plan names
         written = {o.key for lv in (0, 1) for s in range(plan.level_senders(lv)) for o in plan.writes(lv, s)}
         read = {x.key for lv, n in ((0, plan.level_senders(1)), (1, p)) for w in range(n) for x in plan.reads(lv, w)}
         assert written == read
-    with pytest.raises(ValueError, match="combined objects"):
-        HybridPlan(ExchangePlan.direct(3).topology, False, 4)
+
+
+def test_a_pipelined_round_names_every_object_before_it_is_written() -> None:
+    """Combiners of a pipelined round read plain objects whose names the plan alone gives (no
+    producer's segment boundaries), one per (producer of the round, partition); every object's
+    receiver is the combiner that reads it, and a producer's chunks go to its partition's object."""
+    plan = HybridPlan.build(workers=3, senders=7, per_round=3, buckets=12, round_bytes=256 << 20, pipelined=True)
+    assert plan.name == "hybrid r=256MiB pipelined" and plan.pipelined and not plan.combined(0)
+    for c in range(plan.level_senders(1)):
+        reads = plan.reads(0, c)
+        assert not any(r.ranged for r in reads) and [r.sender for r in reads] == list(plan.round_producers(c // 3))
+        for read in reads:
+            (obj,) = [o for o in plan.writes(0, read.sender) if o.key == read.key]
+            assert obj.receivers == (c,) and plan.route(0, c) == c % 3
+    assert all(plan.route(0, plan.partition_of(b)) == plan.partition_of(b) for b in range(12))
+    assert plan.round_keys(2) == ["l0/s00006/r00000", "l0/s00006/r00001", "l0/s00006/r00002"]
 
 
 def test_the_round_is_the_fast_capacity_in_whole_producers() -> None:
@@ -126,9 +142,15 @@ def tier_requests(report, stage: str) -> dict[str, dict[str, int]]:  # type: ign
     return {"fast": fast, "slow": slow}
 
 
-def test_sort_through_the_hybrid_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+#: A forced hybrid takes the variant the model prefers (on the test's Redis: pipelined) unless
+#: ``Config.pipelined`` forces one.
+UNPIPELINED = {"pipelined": False}
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_sort_through_the_hybrid_is_byte_identical_and_counts_the_plan(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor, pipelined: bool) -> None:
     slow = FAULT_CONFIG
-    hybrid = slow.with_(fast_tier=small_redis.url("h"), tier="hybrid")
+    hybrid = slow.with_(fast_tier=small_redis.url("h"), tier="hybrid", **({} if pipelined else UNPIPELINED))
     gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=slow, executor=executor, seed=21)
     reports = {}
     for name, config in (("slow", slow), ("hybrid", hybrid)):
@@ -143,8 +165,12 @@ def test_sort_through_the_hybrid_is_byte_identical_and_counts_the_plan(tmp_path:
     assert free is not None and not FastTierProfile.load("redis-loopback").fits(4_000_000, free)  # fast-only would not fit
     (entry,) = report.exchanges
     assert entry["plan"].startswith("hybrid r=") and report.summary["tiers"]["map"].startswith("hybrid r="), entry
+    assert entry["plan"].endswith(" pipelined") == pipelined and report.summary["tiers"]["map"].endswith(" pipelined") == pipelined, entry
     assert "fast_tier_spills" not in report.summary and "fast_tier_fallback" not in report.summary, report.summary
     assert entry["rounds"] >= 2
+    # pipelined: each round's combiners ran in its producers' executor call; else in a call of their own
+    combines = [s for s in report.stages if s.name.startswith("map combine ")]
+    assert len(combines) == entry["rounds"] and all((s.name.replace("combine", "round") in s.shared) == pipelined for s in combines)
     assert tier_requests(report, "map") == entry["predicted_requests_by_tier"]
     assert entry["measured_requests"] == entry["predicted_requests"]
     assert fast_objects(small_redis.url()) == []
@@ -222,6 +248,38 @@ def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None
     assert "hybrid r=" in choice.explain()
 
 
+def test_the_selector_weighs_a_pipelined_round_against_fewer_fast_requests() -> None:
+    """Per P, the hybrid comes pipelined and not: the same exchange, the pipelined one without the
+    producers' imbalance and the combiners' start-ups (time), with M * P fast requests instead of
+    M (cost). It wins on time; on cost, it depends on what the requests cost beside the time saved
+    (S3 Express beside Lambda: pipelined, still; free functions beside S3 Express: not), and a
+    forced hybrid takes whichever the same model prefers."""
+    from croupier.model.selector import choose
+    from croupier.model.tier import TierOptions, forced_hybrid
+
+    for slow_name, fast_name, objective in (("aws-s3", "aws-elasticache", "time"), ("aws-s3", "s3-express", "time"), ("aws-s3", "s3-express", "cost"), ("local", "s3-express", "cost")):
+        slow, fast = StorageProfile.load(slow_name), FastTierProfile.load(fast_name)
+        choice = choose(int(40e9), slow, objective, concurrency=64, senders=400, buckets=512, tiers=TierOptions(fast, 4 << 30, ("hybrid",), writers=2))
+        pairs: dict[tuple[int, int], dict[bool, object]] = {}
+        hybrids = [c for c in choice.candidates if c.tier == "hybrid"]
+        for c in hybrids:
+            assert isinstance(c.plan, HybridPlan)
+            pairs.setdefault((c.workers, c.plan.per_round), {})[c.plan.pipelined] = c
+        assert pairs and all(set(v) == {True, False} for v in pairs.values())
+        for v in pairs.values():
+            piped, plain = v[True], v[False]
+            assert piped.seconds < plain.seconds  # type: ignore[attr-defined]
+            assert "imbalance" not in {t.name for t in piped.stages[0].terms}  # type: ignore[attr-defined]
+            assert not {"start-up", "rounds start-up"} & {t.name for t in piped.stages[1].terms}  # type: ignore[attr-defined]
+            fast_requests = {p: sum(c.plan.requests_by_tier()["fast"].values()) for p, c in v.items()}  # type: ignore[attr-defined]
+            assert fast_requests[True] > fast_requests[False]
+        best_hybrid = min(hybrids, key=lambda c: c.seconds if objective == "time" else c.cost)
+        assert best_hybrid.plan.pipelined == (objective == "time" or slow_name == "aws-s3"), choice.explain()
+        forced = forced_hybrid(int(40e9), Config(fast_tier="redis://127.0.0.1:1/0/x", fast_profile=fast_name, profile=slow_name, objective=objective, calibration="off"), 400)
+        assert forced.pipelined == best_hybrid.plan.pipelined and forced.label.endswith(" pipelined") == forced.pipelined, forced.why
+        assert ("not pipelined" in forced.why) != forced.pipelined and objective in forced.why
+
+
 def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
     """A slow store profiled as request-bound (5 requests/s) and a 6 MiB Redis: auto's search over
     tier x algorithm x P picks the hybrid; the sort is valid and leaves nothing behind."""
@@ -268,6 +326,97 @@ def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) 
         assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
         server.restart()  # a killed Redis comes back empty
         assert fast_objects(server.url()) == []
+
+
+def test_redis_killed_in_a_pipelined_run_sends_that_round_and_the_later_ones_to_the_slow_tier(tmp_path: Path) -> None:
+    """A pipelined round's producers cannot spill one by one (its combiners read beside them): Redis
+    dies as round 2 starts, round 2 runs again through the slow tier, and the later rounds go
+    there without trying the dead server; the sort is right and nothing is left on either tier."""
+    from tests.test_tiers import KillingExecutor
+
+    with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("p"), tier="hybrid")
+        with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
+            gensort((tmp_path / "in").as_uri(), 4_000_000, parts=8, config=FAULT_CONFIG, executor=ex, seed=29)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
+            assert ex.killed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 40_000, result.problems
+        (entry,) = report.exchanges
+        assert entry["plan"].endswith(" pipelined") and entry["rounds"] >= 3, entry
+        assert "fast_tier_fallback" not in report.summary  # not the whole job again
+        lost = report.summary["fast_tier_reruns"]["map"]
+        assert [x.split(":")[0] for x in lost] == [f"round {j}" for j in range(2, entry["rounds"] + 1)], lost
+        assert "ran again" in lost[0] and all("not tried on the fast tier" in x for x in lost[1:]), lost
+        names = {s.name for s in report.stages}
+        assert "map round 1/%d" % entry["rounds"] in names and "map round 1/%d again" % entry["rounds"] not in names
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        server.restart()  # a killed Redis comes back empty
+        assert fast_objects(server.url()) == []
+
+
+class FillingExecutor(LocalExecutor):
+    """The real local executor, except that another client fills the Redis server to the brim as
+    round 2's pipelined call starts, and frees it again as that round's combiners run again."""
+
+    def __init__(self, config: Config, server: RedisServer) -> None:
+        super().__init__(config, task_attempts=1)
+        self.junk = open_store(server.url("junk"), config)
+        self.filled = self.freed = 0
+
+    def map(self, tasks, config=None, on_done=None):  # type: ignore[no-untyped-def,override]
+        ids = [t.id for t in tasks]
+        if not self.filled and any(i.startswith("map-C2-") for i in ids):
+            self.filled = 1
+            while (self.junk.backend.free_memory() or 0) > 96 << 10:  # small writes: Redis also counts a request's input buffer
+                try:
+                    self.junk.put(f"brim-{self.filled:04d}", bytes(32 << 10))
+                except StoreFullError:
+                    break
+                self.filled += 1
+        if self.filled and not self.freed and any(i.startswith("map-C2a-") for i in ids):
+            self.junk.delete([o.key for o in self.junk.list()])
+            self.freed = 1
+        return super().map(tasks, config, on_done)
+
+
+def test_redis_full_in_a_pipelined_round_reruns_that_round_and_the_next_ones_use_it_again(tmp_path: Path) -> None:
+    """A full fast tier is not a dead one: the round it refused runs again through the slow tier,
+    its objects on the fast tier are deleted, and the next rounds use the fast tier again."""
+    with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
+        server.wait_ready()
+        config = FAULT_CONFIG.with_(fast_tier=server.url("f"), tier="hybrid", pipelined=True)
+        with FillingExecutor(Config(concurrency=2), server) as ex:
+            gensort((tmp_path / "in").as_uri(), 4_000_000, parts=8, config=FAULT_CONFIG, executor=ex, seed=31)
+            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
+            assert ex.filled > 1 and ex.freed == 1
+            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+        assert result.ok and result.records == 40_000, result.problems
+        (entry,) = report.exchanges
+        assert entry["rounds"] >= 3, entry
+        (lost,) = report.summary["fast_tier_reruns"]["map"]
+        assert lost.startswith("round 2:") and "is full" in lost and "ran again" in lost, lost
+        names = {s.name for s in report.stages}
+        assert "map round 3/%d" % entry["rounds"] in names and "map round 3/%d again" % entry["rounds"] not in names
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        assert fast_objects(server.url()) == []
+
+
+def test_the_cli_forces_the_hybrid_variant_after_the_subcommand_too(tmp_path: Path, small_redis: RedisServer) -> None:
+    import json
+
+    from tests.test_guards_flags import invoke
+
+    inp = str(tmp_path / "in")
+    assert invoke("--concurrency", "2", "gensort", inp, "--size", "2MB", "--parts", "4")[0] == 0
+    for flag, pipelined in (("--no-pipelined", False), ("--pipelined", True)):
+        report = tmp_path / f"{flag}.json"
+        code, text = invoke("sort", inp, str(tmp_path / f"out{flag}"), "--workers", "4", "--concurrency", "2", "--fast-tier", small_redis.url("c"), "--tier", "hybrid", flag, "--report", str(report))
+        assert code == 0, text
+        (entry,) = json.loads(report.read_text())["exchanges"]
+        assert entry["plan"].startswith("hybrid") and entry["plan"].endswith(" pipelined") == pipelined, entry
+        assert "(forced)" in entry["tier_why"], entry["tier_why"]
 
 
 def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:

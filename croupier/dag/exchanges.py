@@ -269,7 +269,7 @@ class Exchanges:
         n = max(1, out.tasks)
         hybrid = self.tiers.rounds.get(stage.name) if self.tiers is not None else None
         if hybrid is not None:
-            out.plan, out.early = self.hybrid_plan(stage, inputs, out, hybrid.per_round, hybrid.round_bytes, hybrid.workers), True
+            out.plan, out.early = self.hybrid_plan(stage, inputs, out, hybrid.per_round, hybrid.round_bytes, hybrid.workers, hybrid.pipelined), True
             out.notes.append(f"writes: {out.plan.describe()}")
             return
         if sink.plan is not None:
@@ -287,10 +287,10 @@ class Exchanges:
         buckets = self.binder.fine_buckets()
         out.plan = ExchangePlan(Topology((buckets,)), True, n, buckets)
 
-    def hybrid_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput, per_round: int, round_bytes: int, chosen: int = 0) -> HybridPlan:
+    def hybrid_plan(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput, per_round: int, round_bytes: int, chosen: int = 0, pipelined: bool = False) -> HybridPlan:
         """The hybrid plan of this producer stage: P bound now (a fixed plan's, the forced one,
         the one the tier search ``chosen``, or the selector's for the estimated bytes), B as the
-        plan would have had."""
+        plan would have had; ``pipelined`` as the tier choice says."""
         sink = stage.sink
         assert isinstance(sink, ExchangeSink)
         n = max(1, out.tasks)
@@ -302,12 +302,15 @@ class Exchanges:
             with self._lock:  # one P for every hybrid exchange of the run: a join's hybrid sides must agree
                 workers = self.config.workers or self._hybrid_workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
                 workers = self._hybrid_workers = min(workers, buckets)
-        return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes)
+        return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes, pipelined)
 
     def run_producers(self, stage: Stage, out: StageOutput, tasks: list[Task]) -> list[TaskResult]:
         """Run a stage's tasks (the runner's hook). A hybrid exchange's producers run round by
         round: each round's producers write to the fast tier, its P combiners read them and write
-        their runs to the slow tier, and the round's fast objects are deleted before the next."""
+        their runs to the slow tier, and the round's fast objects are deleted before the next. A
+        pipelined hybrid runs each round's combiners beside its producers (one executor call; they
+        start once ``config.eager_after`` of the producers finished and poll for the objects still
+        being written). A round the fast tier loses runs again through the slow tier, unpipelined."""
         plan = out.plan
         if not tasks:
             return []
@@ -320,29 +323,56 @@ class Exchanges:
         written: list[Written] = [None] * plan.producers
         where: list[str] = [""] * plan.producers
         merged: list[Written] = [None] * plan.level_senders(1)
+        dead = ""  # why the fast tier failed for good (a pipelined round's producers cannot spill)
         for j in range(plan.rounds):
             producers = plan.round_producers(j)
             round_tasks = tasks[producers.start : producers.stop]
-            got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
-            for s, result in zip(producers, got):
-                written[s], where[s] = result.value["written"], result.value.get("url", "")
             try:
-                self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, "")
+                if dead:
+                    raise FastTierGone(dead)
+                if plan.pipelined:
+                    got = self._pipelined_round(stage, plan, j, round_tasks, fast, runs, merged)
+                else:
+                    got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
+                for s, result in zip(producers, got):
+                    written[s], where[s] = result.value["written"], result.value.get("url", "")
+                if not plan.pipelined:
+                    self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, "")
             except CroupierError as exc:  # the fast tier lost the round: re-run its producers (only those) to the slow tier
-                reason = fast_tier_failure(exc, self.config)
+                reason = str(exc) if isinstance(exc, FastTierGone) else fast_tier_failure(exc, self.config)
                 if reason is None:
                     raise
+                if plan.pipelined:  # what the round wrote there before it failed; a full tier may take the next round
+                    self._free(fast, [out.prefix + o.key for s in producers for o in plan.writes(0, s)])
+                    dead = dead or ("" if "is full" in reason else reason)
                 got = self._round(f"{stage.name} round {j + 1}/{plan.rounds} again", [_to_slow(t, slow) for t in round_tasks])
                 for s, result in zip(producers, got):
                     written[s], where[s] = result.value["written"], slow
                 self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, " again")
-                out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
+                if isinstance(exc, FastTierGone):
+                    out.lost.append(f"round {j + 1}: not tried on the fast tier ({reason}, in an earlier round); its {len(producers)} producer(s) wrote to the slow tier")
+                else:
+                    out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
             results += got
             on_fast = [out.prefix + o.key for s in producers if not where[s] for o in plan.writes(0, s)]
             self._free(fast, on_fast)  # the fast tier holds one round at most
         with self._lock:
             self._merged[id(out)] = (merged, runs, slow)
         return results
+
+    def _pipelined_round(self, stage: Stage, plan: HybridPlan, j: int, producers: list[Task], fast: str, runs: str, merged: list[Written]) -> list[TaskResult]:
+        """Round ``j`` of a pipelined hybrid: its producers and its P combiners in one executor
+        call, the combiners gated on ``config.eager_after`` of the producers and polling (up to the
+        task time limit) for the plain objects still being written (their names need no producer's
+        metadata); return the producers' results."""
+        gate = (tuple(t.id for t in producers), self.config.eager_after)
+        combine = self._combiner_tasks(stage, plan, j, [None] * plan.producers, [fast] * plan.producers, runs, "", self.config.task_timeout, gate)
+        label = f"{stage.name} round {j + 1}/{plan.rounds}"
+        got, combined = self._batcher.map_many([(label, producers), (f"{stage.name} combine {j + 1}/{plan.rounds}", combine)])
+        self._predict(label, f"{stage.name} combine {j + 1}/{plan.rounds}")
+        for c, result in zip(plan.round_combiners(j), combined):
+            merged[c] = result.value["written"]
+        return got
 
     def _round(self, label: str, tasks: list[Task]) -> list[TaskResult]:
         """Run ``tasks`` as one executor call reported as ``label``, and predict it beside what it measured."""
@@ -362,15 +392,22 @@ class Exchanges:
         """Round ``j``'s P combiners: each reads its partition of the round's producers (from
         ``urls``: the fast tier, or the slow one for producers that spilled) and writes its run to
         the slow tier under ``runs``."""
+        combine = self._combiner_tasks(stage, plan, j, written, urls, runs, again, self.config.request_timeout)
+        for c, result in zip(plan.round_combiners(j), self._round(f"{stage.name} combine {j + 1}/{plan.rounds}{again}", combine)):
+            merged[c] = result.value["written"]
+
+    def _combiner_tasks(self, stage: Stage, plan: HybridPlan, j: int, written: list[Written], urls: list[str], runs: str, again: str, wait: float, gate: tuple[tuple[str, ...], float] | None = None) -> list[Task]:
+        """Round ``j``'s combiner tasks (see :meth:`_combine`); ``wait``: how long a fetch polls for
+        an object not written yet; ``gate``: the producers they start after (pipelined rounds,
+        which prefetch nothing: their objects may not exist yet)."""
         slow = self.tmp_url
         combine: list[Task] = []
         for c in plan.round_combiners(j):
             fetches = tuple(move.fetches_for(plan, 0, c, written, f"{stage.name}/", urls))
-            inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch else ()
-            args = (slow, plan, 1, c, fetches, self.config.request_timeout, runs, f"x:{stage.name}")
-            combine.append(Task(f"{stage.name}-C{j + 1}{again.strip()[:1]}-{c % plan.workers}", run_level, args, inputs=inputs))
-        for c, result in zip(plan.round_combiners(j), self._round(f"{stage.name} combine {j + 1}/{plan.rounds}{again}", combine)):
-            merged[c] = result.value["written"]
+            inputs = tuple(f.as_input(slow) for f in fetches) if self.config.prefetch and gate is None else ()
+            args = (slow, plan, 1, c, fetches, wait, runs, f"x:{stage.name}")
+            combine.append(Task(f"{stage.name}-C{j + 1}{again.strip()[:1]}-{c % plan.workers}", run_level, args, after=gate, inputs=inputs))
+        return combine
 
     def choose_tier(self, stage: Stage, inputs: dict[int, StageOutput], out: StageOutput) -> None:
         """Where this stage's exchange objects go (the slow or the fast tier, or rounds through the
@@ -409,6 +446,12 @@ class Exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
             if cached.get(f"x:{entry['producer']}"):  # reads a worker served from rows it kept (broadcast sides)
                 entry["cached_requests"] = cached[f"x:{entry['producer']}"]
+
+
+class FastTierGone(CroupierError):
+    """The fast tier failed for good in an earlier round of a pipelined hybrid: later rounds go
+    straight to the slow tier (their producers cannot spill one by one; trying each round again
+    would wait out the dead server's time-outs every time)."""
 
 
 def _to_slow(task: Task, slow: str) -> Task:

@@ -41,6 +41,7 @@ from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSi
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
 from croupier.dag.tiers import Tiers
 from croupier.errors import ConfigError
+from croupier.exchange.hybrid import HybridPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.storage.location import parse_location
@@ -283,8 +284,11 @@ class DagRunner:
         fmt = self.exchanges.format_of(stage.rep)
         url = out.url or self.tmp_url
         # on the fast tier: the slow one if it fails (not with eager consumers, which read before
-        # the producers report where they wrote: those fail, and the job runs again on the slow tier)
-        fallback = self.tmp_url if url != self.tmp_url and not _eager(stage) else ""
+        # the producers report where they wrote: those fail, and the job runs again on the slow
+        # tier; nor in a pipelined hybrid's round, whose combiners read beside its producers: the
+        # round runs again through the slow tier)
+        pipelined = isinstance(out.plan, HybridPlan) and out.plan.pipelined
+        fallback = self.tmp_url if url != self.tmp_url and not _eager(stage) and not pipelined else ""
         inline = INLINE_RESULT_BYTES // max(1, out.tasks) if sink.to_driver and not sink.sample_by else 0
         return ExchangeWrite(url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}", fallback, inline)
 

@@ -13,7 +13,7 @@ The choice is made per exchange, before its producers write (``Config.tier``: "s
 "hybrid", or "auto": the selector's search over tier x algorithm x P, see
 :func:`croupier.model.selector.choose` with ``tiers``; Locus' Table 3 alone,
 :func:`croupier.model.tier.choose`, when no selector is attached). A hybrid choice carries its
-round (producers per round, r) in :attr:`Tiers.rounds`; the exchanges build the
+round (producers per round, r, pipelined or not) in :attr:`Tiers.rounds`; the exchanges build the
 :class:`~croupier.exchange.hybrid.HybridPlan` from it and run the rounds. Every reader of the
 exchange (levels 2..k, the consumers, the driver) reads where its producers wrote
 (``StageOutput.url``; a hybrid's consumers read the slow tier). The fast prefix is a temporary of
@@ -21,8 +21,10 @@ the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
 slow tier instead, and its readers read them there (``StageOutput.where``; the report's
-``summary["fast_tier_spills"]``). A hybrid round the fast tier loses is written again to the
-slow tier, only its producers, and read again (``summary["fast_tier_reruns"]``).
+``summary["fast_tier_spills"]``), except in a pipelined hybrid round, whose combiners read
+beside its producers. A hybrid round the fast tier loses is written again to the slow tier, only
+its producers, and read again (``summary["fast_tier_reruns"]``); after a pipelined round lost to a
+dead (not a full) fast tier, the later rounds go to the slow tier without trying it.
 Anything else the fast tier fails — eager consumers, a hybrid's combiners — fails the run with errors
 naming the fast tier; :func:`fast_tier_failure` recognises those, and the query front end runs
 the job once more on the slow tier (see :mod:`croupier.frame.lazy`), saying so in the report
@@ -105,7 +107,7 @@ class Tiers:
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
             from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
 
-            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency)
+            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency, config.pipelined)
             return from_selection(self.select(exchange_estimate(estimate, config, self.slow_url), senders, options), options)
         return choose(estimate, config, self.slow_url, free, senders, allowed)  # Locus Table 3 alone
 

@@ -27,6 +27,20 @@ Requests (``counts``; the tier of each level in ``tier``):
 
 against the slow tier's 2 * M * P (plain direct, M = P) or M + M * P (write combining) requests:
 the hybrid trades M * P slow reads for R * P, at the price of writing and reading the data twice.
+
+**Pipelined** (Locus §3.4, "pipelining across stages"; ``combine=False``): each producer writes P
+plain objects to the fast tier (one per combiner of its round) instead of one combined object, so
+that a combiner knows every object's name before it is written and needs no producer's metadata.
+A round's combiners then run beside its producers (in the same executor call, started once a
+share of the producers finished, each polling for objects still being written), overlapping the
+two phases and filling the producers' tail, where the unpipelined round waits for its last
+producer before any combiner starts. Locus appends to one key per partition and deletes what it
+read, which gives up task-level fault tolerance; here every object stays until the round's
+combiners all wrote their runs (the driver then deletes the round), so any task can run again.
+The price: M * P fast PUTs and GETs instead of M PUTs and M * P ranged GETs (which a Redis tier,
+priced by memory, hardly notices, and a request-priced one such as S3 Express does)::
+
+    fast (level 1, pipelined): M * P PUTs, M * P GETs, and one DELETE batch per round (driver)
 """
 
 from __future__ import annotations
@@ -55,22 +69,26 @@ class HybridPlan(ExchangePlan):
         super().__post_init__()
         if self.topology.levels != 1:
             raise ValueError(f"a hybrid exchange has a direct topology of P consumers, got {self.topology}")
-        if not self.combine:
-            raise ValueError("a hybrid exchange's producers write combined objects (combine=True)")
         if self.per_round < 1:
             raise ValueError(f"a round needs at least one producer, got {self.per_round}")
 
     @classmethod
-    def build(cls, workers: int, senders: int, per_round: int, buckets: int | None = None, round_bytes: int = 0) -> HybridPlan:
-        """The hybrid plan of ``senders`` producers in rounds of ``per_round`` to ``workers`` consumers."""
-        return cls(Topology.direct(workers), True, senders, buckets, min(per_round, senders), round_bytes)
+    def build(cls, workers: int, senders: int, per_round: int, buckets: int | None = None, round_bytes: int = 0, pipelined: bool = False) -> HybridPlan:
+        """The hybrid plan of ``senders`` producers in rounds of ``per_round`` to ``workers``
+        consumers; ``pipelined``: plain fast objects, combiners beside the producers."""
+        return cls(Topology.direct(workers), not pipelined, senders, buckets, min(per_round, senders), round_bytes)
 
     # --- shape ---------------------------------------------------------------------------------------
     @property
+    def pipelined(self) -> bool:
+        """Whether a round's combiners run beside its producers (plain fast objects, see the module docstring)."""
+        return not self.combine
+
+    @property
     def name(self) -> str:
-        """"hybrid r=256MiB" (or "hybrid m=3" when r is not known)."""
+        """"hybrid r=256MiB" (or "hybrid m=3" when r is not known), "... pipelined" when it is."""
         size = f"r={compact_bytes(self.round_bytes)}" if self.round_bytes else f"m={self.per_round}"
-        return f"hybrid {size}"
+        return f"hybrid {size}" + (" pipelined" if self.pipelined else "")
 
     @property
     def family(self) -> str:
@@ -112,16 +130,17 @@ class HybridPlan(ExchangePlan):
         """M producers at level 0, R * P combiners at level 1."""
         return self.producers if level == 0 else self.rounds * self.workers
 
-    def route(self, level: int, partition: int) -> int:
-        """Level 1: every partition's data goes to the combiner's only receiver (slot 0)."""
-        return self.topology.digit(partition, 0) if level == 0 else 0
+    def route(self, level: int, receiver: int) -> int:
+        """Level 1: the partition of a bucket's data, or of a combiner (j * P + c: partition c);
+        level 2: every partition's data goes to the combiner's only receiver (slot 0)."""
+        return self.topology.digit(receiver % self.workers, 0) if level == 0 else 0
 
     def combined(self, level: int) -> bool:
-        """Level 1 writes combined objects (one per producer); level 2 plain runs."""
-        return level == 0
+        """Level 1 writes combined objects (one per producer) unless pipelined; level 2 plain runs."""
+        return level == 0 and self.combine
 
     def segments(self, level: int) -> int:
-        return self.bucket_count if level == 0 else 1
+        return self.bucket_count if self.combined(level) else 1
 
     # --- objects ---------------------------------------------------------------------------------------
     def writes(self, level: int, sender: int) -> list[ObjectWrite]:
@@ -129,6 +148,8 @@ class HybridPlan(ExchangePlan):
         level 1: combiner ``sender``'s run for its consumer."""
         if level == 0:
             j = self.round_of(sender)
+            if self.pipelined:  # one plain object per combiner of the round: named before it exists
+                return [ObjectWrite(self.key(0, sender, c % self.workers), (c,)) for c in self.round_combiners(j)]
             return [ObjectWrite(self.key(0, sender, None), tuple(self.round_combiners(j)))]
         partition = sender % self.workers
         return [ObjectWrite(self.key(1, sender, partition), (partition,))]
@@ -144,6 +165,8 @@ class HybridPlan(ExchangePlan):
         level 1 (consumer c): the R runs of partition c, whole."""
         if level == 0:
             c = worker % self.workers
+            if self.pipelined:
+                return [ObjectRead(self.key(0, s, c), s, False) for s in self.senders_of(0, worker)]
             first, end = self.bucket_start(c), self.bucket_start(c + 1)
             return [ObjectRead(self.key(0, s, None), s, True, first, end) for s in self.senders_of(0, worker)]
         return [ObjectRead(self.key(1, s, worker), s, False) for s in self.senders_of(1, worker)]
@@ -154,10 +177,13 @@ class HybridPlan(ExchangePlan):
 
     # --- counting ----------------------------------------------------------------------------------------
     def counts(self, data_bytes: int = 0) -> list[LevelCount]:
-        """Level 1 (fast): M PUTs, M * P ranged GETs; level 2 (slow): R * P PUTs and GETs."""
+        """Level 1 (fast): M PUTs, M * P ranged GETs (pipelined: M * P PUTs and plain GETs);
+        level 2 (slow): R * P PUTs and GETs."""
         m, p, rp = self.producers, self.workers, self.rounds * self.workers
+        mp = m * p
+        first = LevelCount(0, p, mp, mp, 0, mp, data_bytes, data_bytes // mp, data_bytes // mp) if self.pipelined else LevelCount(0, p, m, 0, mp, m, data_bytes, data_bytes // m, data_bytes // mp)
         return [
-            LevelCount(0, p, m, 0, m * p, m, data_bytes, data_bytes // m, data_bytes // (m * p)),
+            first,
             LevelCount(1, 1, rp, rp, 0, rp, data_bytes, data_bytes // rp, data_bytes // rp),
         ]
 
@@ -168,7 +194,7 @@ class HybridPlan(ExchangePlan):
 
     def delete_requests(self, batch: int) -> int:
         """DELETE requests the driver sends to free the fast tier after the rounds (``batch``: keys per request)."""
-        return sum(math.ceil(len(self.round_producers(j)) / batch) for j in range(self.rounds))
+        return sum(math.ceil(len(self.round_keys(j)) / batch) for j in range(self.rounds))
 
 
 def per_round_for(round_bytes: float, data_bytes: float, senders: int, writers: int = 0) -> int:

@@ -296,10 +296,34 @@ class TierChoice:
     per_round: int = 0
     candidates: tuple[TierCandidate, ...] = ()
     workers: int = 0  # the hybrid's P, when the selector chose it (0: bind P as usual)
+    pipelined: bool = False  # the hybrid's rounds: combiners beside the producers (HybridPlan.pipelined)
 
     @property
     def label(self) -> str:
-        return f"hybrid r={compact_bytes(self.round_bytes)}" if self.tier == "hybrid" else self.tier
+        if self.tier != "hybrid":
+            return self.tier
+        return f"hybrid r={compact_bytes(self.round_bytes)}" + (" pipelined" if self.pipelined else "")
+
+
+def hybrid_variant(nbytes: float, senders: int, per_round: int, config: Config, slow_url: str | None = None) -> tuple[bool, str]:
+    """Whether a hybrid whose variant no search chose (forced by ``--tier hybrid``, or Locus'
+    Table 3 comparison) pipelines its rounds, and why: the stage model's better of the two at
+    the P it assumes (:func:`default_workers`) under ``config.objective``. Pipelined rounds are
+    shorter (the combiners fill the producers' tail and share their start-up); unpipelined ones
+    send M fast-tier requests instead of M * P, which a fast tier that charges per request (S3
+    Express) may make the cheaper one. ``config.pipelined``, when set, decides instead."""
+    if config.pipelined is not None:
+        return config.pipelined, f"{'pipelined' if config.pipelined else 'not pipelined'} (forced)"
+    fast = fast_profile_for(config)
+    slow = profile_for(config, slow_url or config.tmp_url or "file:///tmp")
+    p = default_workers(int(nbytes), config)
+    m = max(1, min(per_round, senders))
+    both = {piped: predict_on_tier(HybridPlan.build(p, senders, m, round_bytes=int(nbytes * m / max(1, senders)), pipelined=piped), int(max(1.0, nbytes)), slow, fast, "hybrid", config.concurrency) for piped in (True, False)}
+    value = (lambda x: x.seconds) if config.objective == "time" else (lambda x: x.cost)
+    pipelined = value(both[True]) <= value(both[False])
+    unit = "s" if config.objective == "time" else "USD"
+    how = "pipelined" if pipelined else "not pipelined"
+    return pipelined, f"{how} ({config.objective}: {value(both[True]):.4g} {unit} pipelined, {value(both[False]):.4g} {unit} not, at P={p})"
 
 
 def exchange_estimate(estimate: int, config: Config, slow_url: str | None = None) -> int:
@@ -320,7 +344,8 @@ def choose(estimate: int | None, config: Config, slow_url: str | None = None, fr
     candidates = [c for c in compare(estimate, workers, slow, fast, free, senders, config.concurrency) if c.tier in allowed]
     winner = best(candidates, config.objective, config.budget)
     why = f"auto, {config.objective}, ~{estimate / (1 << 20):,.0f} MiB to move, P~{workers}: " + "; ".join(c.describe() for c in candidates)
-    return TierChoice(winner.tier, why, winner.round_bytes, winner.per_round, tuple(candidates))
+    pipelined = winner.tier == "hybrid" and hybrid_variant(estimate, senders or workers, winner.per_round, config, slow_url)[0]
+    return TierChoice(winner.tier, why, winner.round_bytes, winner.per_round, tuple(candidates), pipelined=pipelined)
 
 
 def default_workers(estimate: int, config: Config) -> int:
@@ -336,7 +361,8 @@ def forced_hybrid(estimate: int | None, config: Config, senders: int, slow_url: 
     half = max(1, (senders + 1) // 2)
     m = per_round_for(fast.usable(free), nbytes, senders, config.concurrency) if nbytes else half
     m = max(1, min(m, half))
-    return TierChoice("hybrid", f"tier forced: hybrid, {m} of {senders} producers per round", int(nbytes * m / max(1, senders)), m)
+    pipelined, how = hybrid_variant(nbytes, senders, m, config, slow_url)
+    return TierChoice("hybrid", f"tier forced: hybrid, {m} of {senders} producers per round, {how}", int(nbytes * m / max(1, senders)), m, pipelined=pipelined)
 
 
 def choose_tier(estimate: int | None, config: Config, slow_url: str | None = None, free: float | None = None) -> tuple[str, str]:
@@ -418,6 +444,8 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: one start-up more per round for its producers and its combiners
             startup = base.terms[0]
             terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
+        if tier == "hybrid" and plan.pipelined:
+            terms = _pipelined(terms, stage.reads)
         spread = dict(base.spread)
         total = sum(t.seconds for t in terms)
         stages.append(StagePrediction(base.name, terms, spread, slow.residual * total))
@@ -431,6 +459,15 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
 
 
+def _pipelined(terms: tuple[Any, ...], reads: int | None) -> tuple[Any, ...]:
+    """A pipelined hybrid's producer or combiner stage: a round's combiners start as its
+    producers finish, in the same executor call, so the producers' imbalance (the tail of their
+    last wave, which an unpipelined round waits out) is the combiners' time, and the combiners
+    pay no start-up of their own, in any round."""
+    gone = ("imbalance", "fast-tier imbalance") if reads is None else ("start-up", "rounds start-up")
+    return tuple(t for t in terms if t.name not in gone)
+
+
 @dataclass(frozen=True)
 class TierOptions:
     """What the selector needs to put tier candidates beside the slow ones: the fast tier's
@@ -441,6 +478,7 @@ class TierOptions:
     free: float | None = None
     allowed: tuple[str, ...] = ("slow", "fast", "hybrid")
     writers: int = 0
+    pipelined: bool | None = None  # the hybrid's variants: both (None), or the forced one
 
 
 def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
@@ -457,8 +495,9 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
             m_all = senders or p
             m = per_round_for(fast.usable(options.free), data_bytes, m_all, options.writers)
             if 1 <= m < m_all and (buckets is None or p <= buckets):
-                plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(data_bytes * m / m_all))
-                out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
+                for pipelined in (True, False) if options.pipelined is None else (options.pipelined,):  # shorter rounds, or M fast requests instead of M * P
+                    plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(data_bytes * m / m_all), pipelined)
+                    out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
     return out
 
 
@@ -484,6 +523,6 @@ def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoic
     candidates = tuple(TierCandidate(c.tier, c.seconds, c.cost, True, getattr(c.plan, "round_bytes", 0), getattr(c.plan, "per_round", 0), c.dominant().name) for c in best_of.values())
     plan = winner.plan
     if winner.tier == "hybrid":
-        return TierChoice("hybrid", why, plan.round_bytes, plan.per_round, candidates, plan.workers)
+        return TierChoice("hybrid", why, plan.round_bytes, plan.per_round, candidates, plan.workers, plan.pipelined)
     return TierChoice(winner.tier, why, candidates=candidates)
 

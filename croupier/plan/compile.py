@@ -424,7 +424,7 @@ def tier_preview(binder: Any, config: Any, nbytes: int, senders: int) -> list[st
 
     if config.tier in ("fast", "hybrid"):
         return [f"    tier: {config.tier} (tier forced: {config.tier})"]
-    options = TierOptions(fast_profile_for(config), None, ("slow", "fast", "hybrid"), config.concurrency)
+    options = TierOptions(fast_profile_for(config), None, ("slow", "fast", "hybrid"), config.concurrency, config.pipelined)
     choice = binder.tiered(exchange_estimate(nbytes, config), senders, None, options)
     picked = from_selection(choice, options)
     lines = [f"    tier: {picked.label} ({picked.why})"]
