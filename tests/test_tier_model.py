@@ -101,3 +101,29 @@ def test_a_calibrated_fast_profile_is_used_when_named(tmp_path: Path) -> None:
     base = Config(fast_tier="redis://127.0.0.1:1/p", tmp_url="s3://bucket/tmp")
     assert choose_tier(50 << 20, base)[0] == "fast"  # shipped redis-loopback against SeaweedFS/S3
     assert choose_tier(50 << 20, base.with_(fast_profile=str(tmp_path / "slow-redis.json")))[0] == "slow"
+
+
+def test_whether_an_exchange_fits_the_fast_tier_is_judged_by_what_its_codec_stores() -> None:
+    """The selector takes D as the data (an exchange of 1 GB of TeraSort records) and asks
+    whether what the producers' codec stores fits: the ratio the profile measured for the write
+    kind (zstd keeps records at about a third: fits 512 MiB), else a guess from the codec (zstd:
+    half: does not), else D itself (raw). A hybrid round is sized in stored bytes too."""
+    from croupier.exchange.plan import ExchangePlan
+    from croupier.model.tier import TierOptions, stored_share, tier_candidates
+
+    kind = "write:exchange-records-arrow-zstd-recordsrange"
+    phases = {"map": ("read:records-gensort", kind), "reduce": ("read:exchange-records-arrow-zstd", "records_sort")}
+    shipped = StorageProfile.load("seaweedfs-loopback")
+    measured = replace(shipped, stored={kind: 0.314})
+    redis = replace(FAST, capacity=512 << 20)
+    assert stored_share(measured, phases) == pytest.approx(0.314) and stored_share(shipped, phases) == pytest.approx(0.5)
+    assert stored_share(shipped, {"map": ("write:exchange-records-raw-recordsrange",)}) == 1.0
+    plans = [ExchangePlan.direct(8)]
+    options = TierOptions(redis, None, ("fast", "hybrid"), writers=2)
+
+    def tiers_of(profile: StorageProfile) -> dict[str, object]:
+        return {c.tier: c for c in tier_candidates(plans, int(1e9), profile, options, 2, False, phases, 16, None)}
+
+    fits, guessed = tiers_of(measured), tiers_of(shipped)
+    assert "fast" in fits and "fast" not in guessed  # 314 MB (+ 2 writes in flight) fits 412 MB usable; 500 MB does not
+    assert guessed["hybrid"].plan.round_bytes == pytest.approx(0.5e9 * guessed["hybrid"].plan.per_round / 16, rel=1e-6)  # type: ignore[attr-defined]

@@ -56,7 +56,7 @@ class Exchanges:
         self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
         self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
         if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
-            tiers.select = lambda nbytes, senders, options: binder.tiered(nbytes, senders, None, options)
+            tiers.select = lambda nbytes, senders, options, phases: binder.tiered(nbytes, senders, None, options, phases)
         self.encoding = self.config.shuffle_encoding(tmp_url)
 
     def format_of(self, rep: str) -> str:
@@ -418,7 +418,7 @@ class Exchanges:
         sized = self.config.tier in ("auto", "hybrid") and self.config.fast_tier is not None
         estimate = self.input_bytes(stage, inputs, out) if sized else None
         partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not sink.eager
-        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned)
+        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned, early_kinds(stage, self.format_of) if sized else None)
         tier, why = self.tiers.chosen[stage.name]
         if self.config.fast_tier is not None:
             out.notes.append(f"exchange objects on the {tier} tier ({why})")

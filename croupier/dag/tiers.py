@@ -62,17 +62,18 @@ class Tiers:
         self.fast_url: str | None = None
         self.chosen: dict[str, tuple[str, str]] = {}
         self.rounds: dict[str, TierChoice] = {}
-        #: the selector over tier x algorithm x P: (exchange bytes, producers, TierOptions) -> Choice;
-        #: set by the exchanges (None: Locus' Table 3 comparison alone, croupier.model.tier.choose)
-        self.select: Callable[[int, int, Any], Any] | None = None
+        #: the selector over tier x algorithm x P: (data bytes D, producers, TierOptions, the
+        #: exchange's phase kinds) -> Choice; set by the exchanges (None: Locus' Table 3
+        #: comparison alone, croupier.model.tier.choose)
+        self.select: Callable[[int, int, Any, Any], Any] | None = None
         self._lock = threading.Lock()
 
-    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False) -> str:
+    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None) -> str:
         """Where the exchange written by ``stage`` (``senders`` producers) puts its level-1 objects
         (``estimate``: its input bytes, if known; ``partitioned``: a partitioned exchange, the only
-        kind the hybrid serves). A hybrid exchange's producers write to the fast tier too; its
-        round is in :attr:`rounds`."""
-        choice = self.choose(estimate, senders, partitioned)
+        kind the hybrid serves; ``phases``: the exchange's phase kinds, for the selector). A hybrid
+        exchange's producers write to the fast tier too; its round is in :attr:`rounds`."""
+        choice = self.choose(estimate, senders, partitioned, phases)
         with self._lock:
             self.chosen[stage] = (choice.label, choice.why)
             if choice.tier == "hybrid":
@@ -88,8 +89,11 @@ class Tiers:
             self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
         return self.fast_url
 
-    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False) -> TierChoice:
-        """The tier for an exchange of ``estimate`` bytes from ``senders`` producers."""
+    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None) -> TierChoice:
+        """The tier for an exchange of ``estimate`` bytes from ``senders`` producers. The selector
+        takes ``estimate`` as the exchange's data D, as an early binding does, and sizes what the
+        fast tier must hold by the bytes the producers' codec stores per byte of D
+        (:func:`croupier.model.tier.stored_share`)."""
         from croupier.model.tier import TierChoice, choose, forced_hybrid
 
         config = self.config
@@ -105,10 +109,10 @@ class Tiers:
             return forced_hybrid(estimate, config, senders, self.slow_url, free)
         allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
-            from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
+            from croupier.model.tier import TierOptions, fast_profile_for, from_selection
 
             options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency, config.pipelined)
-            return from_selection(self.select(exchange_estimate(estimate, config, self.slow_url), senders, options), options)
+            return from_selection(self.select(estimate, senders, options, phases), options)
         return choose(estimate, config, self.slow_url, free, senders, allowed)  # Locus Table 3 alone
 
     def _free(self) -> int | None:

@@ -143,10 +143,10 @@ class StorageProfile:
         key = self._key("call_seconds", kind)
         return self.call_seconds[key] if key is not None else 0.0
 
-    def stored_ratio(self, kind: str) -> float:
-        """Bytes an exchange write of ``kind`` stores per byte of data (1 when not measured)."""
+    def stored_ratio(self, kind: str, default: float = 1.0) -> float:
+        """Bytes an exchange write of ``kind`` stores per byte of data (``default`` when not measured)."""
         key = self._key("stored", kind)
-        return self.stored[key] if key is not None else 1.0
+        return self.stored[key] if key is not None else default
 
     def _key(self, table: str, kind: str) -> str | None:
         """:func:`lookup_key` in the table named ``table``, remembered per profile: a refit predicts

@@ -486,19 +486,35 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
     round r is the fast tier's usable memory in whole producers (when that makes 2 rounds or more)."""
     out = []
     fast = options.fast
+    stored = data_bytes * stored_share(slow, phases)  # what the exchange's objects take on a tier
     if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
-        in_flight = options.writers * data_bytes / max(1, senders or 1)
-        fitting = [plan for plan in plans if fast.fits(data_bytes * plan.stored_levels + in_flight, options.free)]
+        in_flight = options.writers * stored / max(1, senders or 1)
+        fitting = [plan for plan in plans if fast.fits(stored * plan.stored_levels + in_flight, options.free)]
         out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):
             m_all = senders or p
-            m = per_round_for(fast.usable(options.free), data_bytes, m_all, options.writers)
+            m = per_round_for(fast.usable(options.free), stored, m_all, options.writers)
             if 1 <= m < m_all and (buckets is None or p <= buckets):
                 for pipelined in (True, False) if options.pipelined is None else (options.pipelined,):  # shorter rounds, or M fast requests instead of M * P
-                    plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(data_bytes * m / m_all), pipelined)
+                    plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(stored * m / m_all), pipelined)
                     out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
     return out
+
+
+def stored_share(slow: StorageProfile, phases: dict[str, tuple[str, ...]] | None = None) -> float:
+    """Bytes an exchange's objects take per byte of its data D: the ratio the profile measured for
+    the producers' write kind (zstd stores TeraSort records at about a third), else a guess from
+    its codec (:data:`COMPRESSION_GUESS`), else 1. What decides whether an exchange fits the fast
+    tier, and a hybrid round's size."""
+    from croupier.model.perf import SORT_PHASES
+
+    kinds = {**SORT_PHASES, **(phases or {})}
+    writes = [k for k in kinds.get("map", ()) if k.startswith("write:exchange")]
+    if not writes:
+        return 1.0
+    guess = next((1.0 / f for codec, f in COMPRESSION_GUESS.items() if f"-{codec}" in writes[0]), 1.0)
+    return slow.stored_ratio(writes[0], guess)
 
 
 def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoice:

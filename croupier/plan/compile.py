@@ -413,19 +413,19 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             mark = "*" if c is decision.choice.best else " "
             lines.append(f"  {mark} {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
         if compiler.config.fast_tier is not None and compiler.config.tier != "slow":  # the tier candidates (model/tier.py)
-            lines += tier_preview(binder, compiler.config, nbytes, senders)
+            lines += tier_preview(binder, compiler.config, nbytes, senders, early_kinds(stage, format_of))
     return lines
 
 
-def tier_preview(binder: Any, config: Any, nbytes: int, senders: int) -> list[str]:
+def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: Any = None) -> list[str]:
     """Explain lines of the tier choice: the selector over tier x algorithm x P (slow, fast and
     hybrid candidates side by side, each with its dominant term) and the tier it picks."""
-    from croupier.model.tier import TierOptions, exchange_estimate, fast_profile_for, from_selection
+    from croupier.model.tier import TierOptions, fast_profile_for, from_selection
 
     if config.tier in ("fast", "hybrid"):
         return [f"    tier: {config.tier} (tier forced: {config.tier})"]
     options = TierOptions(fast_profile_for(config), None, ("slow", "fast", "hybrid"), config.concurrency, config.pipelined)
-    choice = binder.tiered(exchange_estimate(nbytes, config), senders, None, options)
+    choice = binder.tiered(nbytes, senders, None, options, phases)  # as the runner's exchanges do (dag/tiers.py)
     picked = from_selection(choice, options)
     lines = [f"    tier: {picked.label} ({picked.why})"]
     ranked = sorted(choice.candidates, key=lambda c: (c.seconds, c.cost))
