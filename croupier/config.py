@@ -219,7 +219,8 @@ class Config:
     pipelined:           a hybrid exchange's rounds: True pipelined (each round's combiners beside
                          its producers, plain fast objects), False not (combined fast objects,
                          combiners after the round's last producer); None (the default): the
-                         variant the model predicts better (see croupier.exchange.hybrid)
+                         variant the model predicts better (croupier.model.tier; the variants:
+                         croupier.exchange.hybrid)
     """
 
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)

@@ -228,6 +228,21 @@ def test_waiting_for_a_missing_object_is_bounded_and_named(tmp_path: Path) -> No
     assert bytes(move.get_when_ready(store, "late", wait=0.1)) == b"x"
 
 
+def test_polling_for_an_object_counts_its_misses_apart_from_its_requests(tmp_path: Path) -> None:
+    """A reader that starts before its producer wrote (eager consumers, pipelined hybrid
+    combiners) polls: every read of the absent object is a miss, counted apart from the requests
+    the plans' formulas give (a store may bill them too)."""
+    import threading
+
+    store = open_store(tmp_path.as_uri(), Config())
+    writer = threading.Timer(0.2, lambda: store.put("soon", b"y"))
+    writer.start()
+    assert bytes(move.get_when_ready(store, "soon", wait=5)) == b"y"
+    writer.join()
+    assert store.stats.requests("GET") == 1 and store.stats.misses("GET") >= 1
+    assert store.stats.misses() == store.stats.misses("GET") and "misses" in store.stats.to_dict()["GET"]
+
+
 def test_corrupt_segment_is_named() -> None:
     with pytest.raises(ValueError, match="obj: not an exchange segment at byte 0"):
         segments.decode(b"garbage!", "obj")

@@ -181,11 +181,12 @@ def _table(n: int) -> pl.DataFrame:
     return pl.DataFrame({"id": np.arange(n, dtype=np.int64), "k": rng.integers(0, 97, n).astype(np.int64), "q": rng.integers(1, 9, n)})
 
 
-def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_redis: RedisServer, pipelined: bool) -> None:
     table = _table(200_000)
     write_parts(table, tmp_path / "facts", 25_000)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3)
-    hybrid = slow.with_(fast_tier=small_redis.url("q"), tier="hybrid")
+    hybrid = slow.with_(fast_tier=small_redis.url("q"), tier="hybrid", pipelined=pipelined)
     got = {}
     for name, config in (("slow", slow), ("hybrid", hybrid)):
         frame = cf.scan_parquet(str(tmp_path / "facts")).group_by("id").agg(col("q").sum().alias("sq"), count().alias("n")).sort("id")
@@ -194,18 +195,21 @@ def test_group_by_through_the_hybrid_equals_the_slow_tier(tmp_path: Path, small_
         assert_requests_match_plans(report)
     assert got["hybrid"].equals(got["slow"])
     hybrids = [e for e in report.exchanges if e["plan"].startswith("hybrid")]
-    assert hybrids and all(e["rounds"] >= 2 for e in hybrids), report.exchanges
+    assert hybrids and all(e["rounds"] >= 2 and e["plan"].endswith(" pipelined") == pipelined for e in hybrids), report.exchanges
     assert "fast_tier_fallback" not in report.summary
     assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
 
 
-def test_a_failed_hybrid_run_leaves_nothing_on_either_tier(tmp_path: Path, small_redis: RedisServer) -> None:
+@pytest.mark.parametrize(("fail_task", "pipelined"), [("reduce-1", True), ("reduce-1", False), ("map-C2-1", True), ("map-C2-1", False), ("map-2", True)])
+def test_a_failed_hybrid_run_leaves_nothing_on_either_tier(tmp_path: Path, small_redis: RedisServer, fail_task: str, pipelined: bool) -> None:
+    """A task that fails (not the fast tier) fails the run, after every round or in the middle of
+    one (a combiner, a producer), pipelined or not, and the run leaves nothing on either tier."""
     from tests.test_sort import FailingExecutor
 
-    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("f"), tier="hybrid")
-    with FailingExecutor(Config(concurrency=2), "reduce-1") as ex:
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("f"), tier="hybrid", pipelined=pipelined)
+    with FailingExecutor(Config(concurrency=2), fail_task) as ex:
         gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex)
-        with pytest.raises(TaskError, match="injected failure in reduce-1"):
+        with pytest.raises(TaskError, match=f"injected failure in {fail_task}"):
             sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
     assert leftover_tmp((tmp_path / "out").as_uri(), config) == []
     assert fast_objects(small_redis.url()) == []
@@ -252,8 +256,9 @@ def test_the_selector_weighs_a_pipelined_round_against_fewer_fast_requests() -> 
     """Per P, the hybrid comes pipelined and not: the same exchange, the pipelined one without the
     producers' imbalance and the combiners' start-ups (time), with M * P fast requests instead of
     M (cost). It wins on time; on cost, it depends on what the requests cost beside the time saved
-    (S3 Express beside Lambda: pipelined, still; free functions beside S3 Express: not), and a
-    forced hybrid takes whichever the same model prefers."""
+    (S3 Express beside Lambda: pipelined, still, though its combiners are billed while they wait;
+    free functions beside S3 Express: not), and a forced hybrid takes whichever the same model
+    prefers at the P and round it assumes."""
     from croupier.model.selector import choose
     from croupier.model.tier import TierOptions, forced_hybrid
 
@@ -271,13 +276,23 @@ def test_the_selector_weighs_a_pipelined_round_against_fewer_fast_requests() -> 
             assert piped.seconds < plain.seconds  # type: ignore[attr-defined]
             assert "imbalance" not in {t.name for t in piped.stages[0].terms}  # type: ignore[attr-defined]
             assert not {"start-up", "rounds start-up"} & {t.name for t in piped.stages[1].terms}  # type: ignore[attr-defined]
+            assert "start-up" in {t.name for t in piped.stages[2].terms}  # the consumers run after every round  # type: ignore[attr-defined]
             fast_requests = {p: sum(c.plan.requests_by_tier()["fast"].values()) for p, c in v.items()}  # type: ignore[attr-defined]
             assert fast_requests[True] > fast_requests[False]
         best_hybrid = min(hybrids, key=lambda c: c.seconds if objective == "time" else c.cost)
         assert best_hybrid.plan.pipelined == (objective == "time" or slow_name == "aws-s3"), choice.explain()
         forced = forced_hybrid(int(40e9), Config(fast_tier="redis://127.0.0.1:1/0/x", fast_profile=fast_name, profile=slow_name, objective=objective, calibration="off"), 400)
-        assert forced.pipelined == best_hybrid.plan.pipelined and forced.label.endswith(" pipelined") == forced.pipelined, forced.why
-        assert ("not pipelined" in forced.why) != forced.pipelined and objective in forced.why
+        assert forced.label.endswith(" pipelined") == forced.pipelined and ("not pipelined" in forced.why) != forced.pipelined and objective in forced.why
+        if objective == "time" or slow_name == "local":  # at its own P and round; with Lambda beside S3 Express the cost is a near tie there
+            assert forced.pipelined == best_hybrid.plan.pipelined, forced.why
+    # the combiners that wait, billed, for their round's last producers: one producer's time each
+    from croupier.model.tier import _waiting_combiners
+
+    plan = HybridPlan.build(8, 40, 10, pipelined=True)  # 4 rounds, 10 producers on 4 functions: 3 waves
+    lam = StorageProfile.load("aws-s3")
+    per_second = lam.prices.function_gb_second * lam.function_memory / (1 << 30)
+    assert _waiting_combiners(plan, 12.0, lam, 4) == pytest.approx(4 * 4 * 12.0 / 4 / 3 * per_second)
+    assert _waiting_combiners(plan, 12.0, StorageProfile.load("local"), 4) == 0.0
 
 
 def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
@@ -302,13 +317,14 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
 
 
 def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) -> None:
-    """Redis dies as round 2's combiners start: round 2's objects are gone, so only round 2's
-    producers run again (to the slow tier); later rounds spill; the sort is right, nothing is left."""
+    """Unpipelined: Redis dies as round 2's combiners start: round 2's objects are gone, so only
+    round 2's producers run again (to the slow tier); later rounds spill; the sort is right,
+    nothing is left on the slow tier (the fast one died with its objects)."""
     from tests.test_tiers import KillingExecutor
 
     with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
         server.wait_ready()
-        config = FAULT_CONFIG.with_(fast_tier=server.url("k"), tier="hybrid")
+        config = FAULT_CONFIG.with_(fast_tier=server.url("k"), tier="hybrid", pipelined=False)
         with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
             gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=23)
             report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=ExchangePlan.direct(8))
@@ -324,8 +340,6 @@ def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) 
         again = report.stage("map round 2/%d again" % entry["rounds"])
         assert again.tasks == len(HybridPlan.build(8, 8, -(-8 // entry["rounds"])).round_producers(1))
         assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
-        server.restart()  # a killed Redis comes back empty
-        assert fast_objects(server.url()) == []
 
 
 def test_redis_killed_in_a_pipelined_run_sends_that_round_and_the_later_ones_to_the_slow_tier(tmp_path: Path) -> None:
@@ -352,8 +366,6 @@ def test_redis_killed_in_a_pipelined_run_sends_that_round_and_the_later_ones_to_
         names = {s.name for s in report.stages}
         assert "map round 1/%d" % entry["rounds"] in names and "map round 1/%d again" % entry["rounds"] not in names
         assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
-        server.restart()  # a killed Redis comes back empty
-        assert fast_objects(server.url()) == []
 
 
 class FillingExecutor(LocalExecutor):

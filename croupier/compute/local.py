@@ -34,8 +34,10 @@ from croupier.config import Config
 from croupier.errors import TaskError
 from croupier.units import format_bytes
 
-#: Exception types raised by tasks that would fail the same way again; never retried.
-DETERMINISTIC_ERRORS = frozenset({"InputError", "ValidationError", "ConfigError", "OutputExistsError"})
+#: Exception types raised by tasks that would fail the same way again; never retried. A full fast
+#: tier is one: a writer that may spill has already spilled (croupier.dag.task.write), and one that
+#: may not (a pipelined hybrid round, eager consumers) is run again by its stage on the slow tier.
+DETERMINISTIC_ERRORS = frozenset({"InputError", "ValidationError", "ConfigError", "OutputExistsError", "StoreFullError"})
 
 
 @dataclass

@@ -22,7 +22,7 @@ from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
 from croupier.dag.stage import ExchangeInput, ExchangeSink, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level, run_memory_level
-from croupier.dag.tiers import Tiers, fast_tier_failure
+from croupier.dag.tiers import Tiers, fast_tier_failure, is_full
 from croupier.errors import ConfigError, CroupierError, StorageError
 from croupier.exchange import move
 from croupier.exchange.hybrid import HybridPlan
@@ -327,13 +327,14 @@ class Exchanges:
         for j in range(plan.rounds):
             producers = plan.round_producers(j)
             round_tasks = tasks[producers.start : producers.stop]
+            round_keys = [out.prefix + key for key in plan.round_keys(j)]
+            if not plan.pipelined:  # its producers spill to the slow tier one by one: a failure here is not the fast tier's
+                got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
             try:
                 if dead:
                     raise FastTierGone(dead)
                 if plan.pipelined:
                     got = self._pipelined_round(stage, plan, j, round_tasks, fast, runs, merged)
-                else:
-                    got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
                 for s, result in zip(producers, got):
                     written[s], where[s] = result.value["written"], result.value.get("url", "")
                 if not plan.pipelined:
@@ -342,9 +343,10 @@ class Exchanges:
                 reason = str(exc) if isinstance(exc, FastTierGone) else fast_tier_failure(exc, self.config)
                 if reason is None:
                     raise
-                if plan.pipelined:  # what the round wrote there before it failed; a full tier may take the next round
-                    self._free(fast, [out.prefix + o.key for s in producers for o in plan.writes(0, s)])
-                    dead = dead or ("" if "is full" in reason else reason)
+                if is_full(reason):  # a full tier (alive) may take the next round: free what this one wrote there
+                    self._free(fast, round_keys)
+                elif plan.pipelined and not dead:  # gone: its objects with it, and the later rounds skip it
+                    dead = reason
                 got = self._round(f"{stage.name} round {j + 1}/{plan.rounds} again", [_to_slow(t, slow) for t in round_tasks])
                 for s, result in zip(producers, got):
                     written[s], where[s] = result.value["written"], slow
@@ -354,8 +356,8 @@ class Exchanges:
                 else:
                     out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
             results += got
-            on_fast = [out.prefix + o.key for s in producers if not where[s] for o in plan.writes(0, s)]
-            self._free(fast, on_fast)  # the fast tier holds one round at most
+            if not dead:
+                self._free(fast, [k for k, s in zip(round_keys, _senders_of_keys(plan, j)) if not where[s]])  # the fast tier holds one round at most
         with self._lock:
             self._merged[id(out)] = (merged, runs, slow)
         return results
@@ -370,8 +372,7 @@ class Exchanges:
         label = f"{stage.name} round {j + 1}/{plan.rounds}"
         got, combined = self._batcher.map_many([(label, producers), (f"{stage.name} combine {j + 1}/{plan.rounds}", combine)])
         self._predict(label, f"{stage.name} combine {j + 1}/{plan.rounds}")
-        for c, result in zip(plan.round_combiners(j), combined):
-            merged[c] = result.value["written"]
+        _keep_runs(plan, j, combined, merged)
         return got
 
     def _round(self, label: str, tasks: list[Task]) -> list[TaskResult]:
@@ -393,8 +394,7 @@ class Exchanges:
         ``urls``: the fast tier, or the slow one for producers that spilled) and writes its run to
         the slow tier under ``runs``."""
         combine = self._combiner_tasks(stage, plan, j, written, urls, runs, again, self.config.request_timeout)
-        for c, result in zip(plan.round_combiners(j), self._round(f"{stage.name} combine {j + 1}/{plan.rounds}{again}", combine)):
-            merged[c] = result.value["written"]
+        _keep_runs(plan, j, self._round(f"{stage.name} combine {j + 1}/{plan.rounds}{again}", combine), merged)
 
     def _combiner_tasks(self, stage: Stage, plan: HybridPlan, j: int, written: list[Written], urls: list[str], runs: str, again: str, wait: float, gate: tuple[tuple[str, ...], float] | None = None) -> list[Task]:
         """Round ``j``'s combiner tasks (see :meth:`_combine`); ``wait``: how long a fetch polls for
@@ -432,13 +432,18 @@ class Exchanges:
         return sum(o.bytes for o in inputs.values())
 
     def measure_exchanges(self) -> None:
-        """Fill in ``measured_requests`` of every exchange of the report (by its channel)."""
+        """Fill in ``measured_requests`` of every exchange of the report (by its channel), and
+        ``missed_requests``: reads of objects not written yet (readers that start before their
+        producers finished poll: eager consumers, pipelined hybrid combiners), which the plans'
+        formulas leave out and a store may bill."""
         totals: dict[str, dict[str, int]] = {}
+        misses: dict[str, int] = {}
         for stage in self.run.report.stages:
             for channel, stats in stage.channels.items():
                 got = totals.setdefault(channel, {})
                 for kind in ("PUT", "GET", "GET_RANGE"):
                     got[kind] = got.get(kind, 0) + stats.requests(kind)
+                misses[channel] = misses.get(channel, 0) + stats.misses("GET") + stats.misses("GET_RANGE")
         cached: dict[str, dict[str, int]] = {}
         for stage in self.run.report.stages:
             add_counts(cached, stage.cached)
@@ -446,6 +451,19 @@ class Exchanges:
             entry["measured_requests"] = totals.get(f"x:{entry['producer']}", {"PUT": 0, "GET": 0, "GET_RANGE": 0})
             if cached.get(f"x:{entry['producer']}"):  # reads a worker served from rows it kept (broadcast sides)
                 entry["cached_requests"] = cached[f"x:{entry['producer']}"]
+            if misses.get(f"x:{entry['producer']}"):
+                entry["missed_requests"] = misses[f"x:{entry['producer']}"]
+
+
+def _keep_runs(plan: HybridPlan, j: int, combined: list[TaskResult], merged: list[Written]) -> None:
+    """Note what round ``j``'s combiners wrote (their runs), by level-2 sender."""
+    for c, result in zip(plan.round_combiners(j), combined):
+        merged[c] = result.value["written"]
+
+
+def _senders_of_keys(plan: HybridPlan, j: int) -> list[int]:
+    """The producer of each of :meth:`HybridPlan.round_keys` (``j``), in order."""
+    return [s for s in plan.round_producers(j) for _ in plan.writes(0, s)]
 
 
 class FastTierGone(CroupierError):

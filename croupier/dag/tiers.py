@@ -106,7 +106,7 @@ class Tiers:
         except StorageError as exc:
             return TierChoice("slow", f"the fast tier is unreachable: {_first_line(str(exc))}")
         if config.tier == "hybrid":
-            return forced_hybrid(estimate, config, senders, self.slow_url, free)
+            return forced_hybrid(estimate, config, senders, self.slow_url, free, phases)
         allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
             from croupier.model.tier import TierOptions, fast_profile_for, from_selection
@@ -133,11 +133,20 @@ def fast_tier_failure(exc: BaseException, config: Config) -> str | None:
     while seen is not None:
         text = f"{seen} {getattr(seen, 'cause', '')} {getattr(seen, 'worker_traceback', '')}"
         if isinstance(seen, StoreFullError) or "StoreFullError" in text or "maxmemory" in text:
-            return f"the fast tier {config.fast_tier} is full (Redis maxmemory)"
+            return f"the fast tier {config.fast_tier} {FULL}"
         if (isinstance(seen, StorageError) or "Error" in text) and server in text:
             return f"the fast tier {config.fast_tier} failed: {_first_line(str(seen))}"
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+#: How :func:`fast_tier_failure` says the fast tier is full (alive, and may take more later).
+FULL = "is full (Redis maxmemory)"
+
+
+def is_full(reason: str) -> bool:
+    """Whether a :func:`fast_tier_failure` reason says the fast tier is full, not gone."""
+    return reason.endswith(FULL)
 
 
 def _first_line(text: str) -> str:

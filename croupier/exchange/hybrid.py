@@ -40,7 +40,9 @@ combiners all wrote their runs (the driver then deletes the round), so any task 
 The price: M * P fast PUTs and GETs instead of M PUTs and M * P ranged GETs (which a Redis tier,
 priced by memory, hardly notices, and a request-priced one such as S3 Express does)::
 
-    fast (level 1, pipelined): M * P PUTs, M * P GETs, and one DELETE batch per round (driver)
+    fast (level 1, pipelined): M * P PUTs, M * P GETs, and per round its m * P keys' DELETE
+                               batches (driver); a combiner that polls for an object not written
+                               yet also reads it in vain (``missed_requests`` in the run report)
 """
 
 from __future__ import annotations
@@ -87,8 +89,7 @@ class HybridPlan(ExchangePlan):
     @property
     def name(self) -> str:
         """"hybrid r=256MiB" (or "hybrid m=3" when r is not known), "... pipelined" when it is."""
-        size = f"r={compact_bytes(self.round_bytes)}" if self.round_bytes else f"m={self.per_round}"
-        return f"hybrid {size}" + (" pipelined" if self.pipelined else "")
+        return hybrid_name(self.round_bytes, self.per_round, self.pipelined)
 
     @property
     def family(self) -> str:
@@ -188,12 +189,13 @@ class HybridPlan(ExchangePlan):
         ]
 
     def requests_by_tier(self) -> dict[str, dict[str, int]]:
-        """Requests on each tier: {"fast": {...}, "slow": {...}} (the fast DELETEs: one batch per
-        round's objects, at the store's batch size ``delete_batch`` = 1000 or more)."""
+        """PUTs and GETs on each tier: {"fast": {...}, "slow": {...}} (the driver's fast-tier
+        DELETEs: :meth:`delete_requests`)."""
         return requests_by_tier(self.counts(), self.tier)
 
     def delete_requests(self, batch: int) -> int:
-        """DELETE requests the driver sends to free the fast tier after the rounds (``batch``: keys per request)."""
+        """DELETE requests the driver sends to free the fast tier after the rounds (``batch``: keys
+        per request; a round holds m keys, or m * P pipelined)."""
         return sum(math.ceil(len(self.round_keys(j)) / batch) for j in range(self.rounds))
 
 
@@ -206,6 +208,13 @@ def per_round_for(round_bytes: float, data_bytes: float, senders: int, writers: 
         raise ValueError(f"an exchange needs at least one producer, got {senders}")
     share = max(1.0, data_bytes / senders)
     return max(0, min(senders, int((round_bytes - writers * share) // share)))
+
+
+def hybrid_name(round_bytes: int, per_round: int, pipelined: bool) -> str:
+    """A hybrid exchange's name: "hybrid r=256MiB" (or "hybrid m=3" when r is not known), with
+    " pipelined" when its rounds are."""
+    size = f"r={compact_bytes(round_bytes)}" if round_bytes else f"m={per_round}"
+    return f"hybrid {size}" + (" pipelined" if pipelined else "")
 
 
 def compact_bytes(n: float) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 
 from croupier.config import Config
 from croupier import shipped
-from croupier.exchange.hybrid import HybridPlan, compact_bytes, per_round_for
+from croupier.exchange.hybrid import HybridPlan, compact_bytes, hybrid_name, per_round_for
 from croupier.exchange.plan import requests_by_tier
 from croupier.model.profile import StorageProfile, profile_for
 
@@ -300,15 +300,14 @@ class TierChoice:
 
     @property
     def label(self) -> str:
-        if self.tier != "hybrid":
-            return self.tier
-        return f"hybrid r={compact_bytes(self.round_bytes)}" + (" pipelined" if self.pipelined else "")
+        return hybrid_name(self.round_bytes, self.per_round, self.pipelined) if self.tier == "hybrid" else self.tier
 
 
-def hybrid_variant(nbytes: float, senders: int, per_round: int, config: Config, slow_url: str | None = None) -> tuple[bool, str]:
+def hybrid_variant(nbytes: float, senders: int, per_round: int, config: Config, slow_url: str | None = None, phases: dict[str, tuple[str, ...]] | None = None) -> tuple[bool, str]:
     """Whether a hybrid whose variant no search chose (forced by ``--tier hybrid``, or Locus'
     Table 3 comparison) pipelines its rounds, and why: the stage model's better of the two at
-    the P it assumes (:func:`default_workers`) under ``config.objective``. Pipelined rounds are
+    the P it assumes (:func:`default_workers`) under ``config.objective``, with the exchange's
+    phase kinds (``phases``; TeraSort's when not given). Pipelined rounds are
     shorter (the combiners fill the producers' tail and share their start-up); unpipelined ones
     send M fast-tier requests instead of M * P, which a fast tier that charges per request (S3
     Express) may make the cheaper one. ``config.pipelined``, when set, decides instead."""
@@ -318,7 +317,7 @@ def hybrid_variant(nbytes: float, senders: int, per_round: int, config: Config, 
     slow = profile_for(config, slow_url or config.tmp_url or "file:///tmp")
     p = default_workers(int(nbytes), config)
     m = max(1, min(per_round, senders))
-    both = {piped: predict_on_tier(HybridPlan.build(p, senders, m, round_bytes=int(nbytes * m / max(1, senders)), pipelined=piped), int(max(1.0, nbytes)), slow, fast, "hybrid", config.concurrency) for piped in (True, False)}
+    both = {piped: predict_on_tier(HybridPlan.build(p, senders, m, round_bytes=int(nbytes * m / max(1, senders)), pipelined=piped), int(max(1.0, nbytes)), slow, fast, "hybrid", config.concurrency, phases=phases) for piped in (True, False)}
     value = (lambda x: x.seconds) if config.objective == "time" else (lambda x: x.cost)
     pipelined = value(both[True]) <= value(both[False])
     unit = "s" if config.objective == "time" else "USD"
@@ -353,7 +352,7 @@ def default_workers(estimate: int, config: Config) -> int:
     return config.workers or max(1, min(config.concurrency * 2, int(math.sqrt(max(1, estimate) / (1 << 20))) or 1))
 
 
-def forced_hybrid(estimate: int | None, config: Config, senders: int, slow_url: str | None = None, free: float | None = None) -> TierChoice:
+def forced_hybrid(estimate: int | None, config: Config, senders: int, slow_url: str | None = None, free: float | None = None, phases: dict[str, tuple[str, ...]] | None = None) -> TierChoice:
     """The round of a hybrid exchange forced by ``--tier hybrid``: r = the fast tier's usable
     memory (at least one producer per round, at most half of them, so there are rounds)."""
     fast = fast_profile_for(config)
@@ -361,7 +360,7 @@ def forced_hybrid(estimate: int | None, config: Config, senders: int, slow_url: 
     half = max(1, (senders + 1) // 2)
     m = per_round_for(fast.usable(free), nbytes, senders, config.concurrency) if nbytes else half
     m = max(1, min(m, half))
-    pipelined, how = hybrid_variant(nbytes, senders, m, config, slow_url)
+    pipelined, how = hybrid_variant(nbytes, senders, m, config, slow_url, phases)
     return TierChoice("hybrid", f"tier forced: hybrid, {m} of {senders} producers per round, {how}", int(nbytes * m / max(1, senders)), m, pipelined=pipelined)
 
 
@@ -444,7 +443,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: one start-up more per round for its producers and its combiners
             startup = base.terms[0]
             terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
-        if tier == "hybrid" and plan.pipelined:
+        if tier == "hybrid" and plan.pipelined and stage.reads in (None, 0):  # not the consumers: they run after every round
             terms = _pipelined(terms, stage.reads)
         spread = dict(base.spread)
         total = sum(t.seconds for t in terms)
@@ -456,7 +455,19 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
     held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
     usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
+    if tier == "hybrid" and plan.pipelined and not producers_done and stages:
+        usd += _waiting_combiners(plan, stages[0].seconds, slow, concurrency)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
+
+
+def _waiting_combiners(plan: HybridPlan, producers_seconds: float, slow: StorageProfile, concurrency: int | None) -> float:
+    """USD of a pipelined hybrid's combiners waiting for their round's last producers: they start
+    in the producers' last wave and poll, billed, for at most one producer's time (the round's
+    producer time over its waves), as many of them as there are functions."""
+    c = max(1, concurrency or slow.concurrency)
+    waves = max(1, math.ceil(plan.per_round / c))
+    waiting = plan.rounds * min(plan.workers, c) * producers_seconds / plan.rounds / waves
+    return waiting * slow.prices.function_gb_second * slow.function_memory / GB
 
 
 def _pipelined(terms: tuple[Any, ...], reads: int | None) -> tuple[Any, ...]:

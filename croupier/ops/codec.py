@@ -22,7 +22,10 @@ _SCHEMA = pa.schema([("record", pa.binary(RECORD_SIZE))])
 #: it saves: decoding 768 zstd messages of about 60 KB (a TPC-H Q3 exchange read at SF 1) took
 #: 150-220 ms through the pool and 100 ms in the calling thread, on a pool of two threads or of
 #: one (a function's); encoding 128 such messages 46 and 37 ms with zstd, 35 and 16 ms with lz4.
-#: One 45 MB message on two idle cores: encoded in 70 ms with the pool, 115 ms without.
+#: One 45 MB message on two idle cores: encoded in 70 ms with the pool, 115 ms without. (An
+#: exchange reader decodes its small payloads, below payload.SMALL_PAYLOAD, as one stream with
+#: these options; larger ones it reads in place, where pyarrow's read_record_batch takes no
+#: options and always uses the pool.)
 THREADED_MESSAGE = 1 << 20
 #: Read options for messages below :data:`THREADED_MESSAGE`.
 SMALL_MESSAGES = pa.ipc.IpcReadOptions(use_threads=False)

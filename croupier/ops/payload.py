@@ -100,7 +100,8 @@ def _decode_messages(payloads: Sequence[memoryview | bytes], schema: pa.Schema) 
 
 
 def _read_in_place(payload: memoryview | bytes, schema: pa.Schema) -> list[pa.RecordBatch]:
-    """The batches of one payload, read where it lies (no copy)."""
+    """The batches of one payload, read where it lies (no copy; pyarrow's read_record_batch takes
+    no read options: Arrow's pool decompresses its buffers)."""
     reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(payload)))
     return [pa.ipc.read_record_batch(message, schema) for message in reader]
 

@@ -423,7 +423,8 @@ def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: An
     from croupier.model.tier import TierOptions, fast_profile_for, from_selection
 
     if config.tier in ("fast", "hybrid"):
-        return [f"    tier: {config.tier} (tier forced: {config.tier})"]
+        variant = "" if config.tier == "fast" else ", pipelined" if config.pipelined else ", not pipelined" if config.pipelined is False else ", pipelined or not as the model prefers when it binds"
+        return [f"    tier: {config.tier} (tier forced: {config.tier}{variant})"]
     options = TierOptions(fast_profile_for(config), None, ("slow", "fast", "hybrid"), config.concurrency, config.pipelined)
     choice = binder.tiered(nbytes, senders, None, options, phases)  # as the runner's exchanges do (dag/tiers.py)
     picked = from_selection(choice, options)

@@ -2,8 +2,9 @@
 
 Kinds follow the S3 price sheet, which is also what the performance models count:
 PUT, GET (whole object), GET_RANGE (one byte range), HEAD, LIST (one page), DELETE (one batch of up
-to 1000 keys). ``retries`` counts extra attempts after transient failures; they are not in
-``requests``. Stats are plain data so workers can return them as task metadata and the driver can
+to 1000 keys). ``retries`` counts extra attempts after transient failures, ``misses`` reads of an
+object not there (yet: a reader polling for what a producer still writes); neither is in
+``requests`` (which the plans' formulas give), though a store may bill both. Stats are plain data so workers can return them as task metadata and the driver can
 add them up per stage.
 """
 
@@ -25,6 +26,7 @@ class KindStats:
     requests: int = 0
     bytes: int = 0
     retries: int = 0
+    misses: int = 0
     seconds: float = 0.0
     prefetched: int = 0
     prefetched_seconds: float = 0.0
@@ -34,6 +36,7 @@ class KindStats:
         self.requests += other.requests
         self.bytes += other.bytes
         self.retries += other.retries
+        self.misses += other.misses
         self.seconds += other.seconds
         self.prefetched += other.prefetched
         self.prefetched_seconds += other.prefetched_seconds
@@ -69,6 +72,17 @@ class IOStats:
         """Count one retried attempt of a ``kind`` request."""
         with _LOCK:
             self.kinds.setdefault(kind, KindStats()).retries += 1
+
+    def record_miss(self, kind: str) -> None:
+        """Count one ``kind`` request for an object that was not there."""
+        with _LOCK:
+            self.kinds.setdefault(kind, KindStats()).misses += 1
+
+    def misses(self, kind: str | None = None) -> int:
+        """Reads of absent objects, of one kind or of all kinds."""
+        if kind is not None:
+            return self.kinds.get(kind, KindStats()).misses
+        return sum(s.misses for s in self.kinds.values())
 
     def merge(self, other: IOStats) -> None:
         """Add all of ``other``'s counters into this one."""
@@ -120,8 +134,9 @@ class IOStats:
             mine.requests -= stats.requests
             mine.bytes -= stats.bytes
             mine.retries -= stats.retries
+            mine.misses -= stats.misses
             mine.seconds -= stats.seconds
-        delta.kinds = {k: v for k, v in delta.kinds.items() if v.requests or v.retries or v.bytes}
+        delta.kinds = {k: v for k, v in delta.kinds.items() if v.requests or v.retries or v.bytes or v.misses}
         return delta
 
     def to_dict(self) -> dict[str, dict[str, float]]:

@@ -248,6 +248,9 @@ class Store:
             started = time.perf_counter()
             try:
                 result = call()
+            except ObjectNotFound:
+                self.stats.record_miss(kind)
+                raise
             except TransientStorageError as exc:
                 if attempt == policy.attempts:
                     raise StorageError(
