@@ -127,3 +127,23 @@ def test_whether_an_exchange_fits_the_fast_tier_is_judged_by_what_its_codec_stor
     fits, guessed = tiers_of(measured), tiers_of(shipped)
     assert "fast" in fits and "fast" not in guessed  # 314 MB (+ 2 writes in flight) fits 412 MB usable; 500 MB does not
     assert guessed["hybrid"].plan.round_bytes == pytest.approx(0.5e9 * guessed["hybrid"].plan.per_round / 16, rel=1e-6)  # type: ignore[attr-defined]
+
+
+def test_the_selector_chooses_the_round_size_the_fast_tier_capacity_to_use() -> None:
+    """Per P, hybrid rounds of the usable memory, of half and of a quarter of it: fewer rounds are
+    faster; a smaller round holds less fast memory, which wins on cost when memory is dear."""
+    from croupier.model.selector import choose
+    from croupier.model.tier import TierOptions
+
+    slow = StorageProfile.load("local")  # functions and requests free: the cost is the fast tier's
+    dear = replace(FAST, capacity=2 << 30, usd_per_gb_hour=1000.0)
+    picks = {}
+    for objective in ("time", "cost"):
+        choice = choose(int(8e9), slow, objective, concurrency=4, workers=8, senders=64, buckets=64, tiers=TierOptions(dear, None, ("hybrid",)))
+        hybrids = [c for c in choice.candidates if c.tier == "hybrid"]
+        rounds = {c.plan.per_round for c in hybrids}
+        assert len(rounds) == 3, rounds  # r, r/2, r/4 (in whole producers)
+        best = min(hybrids, key=lambda c: c.seconds if objective == "time" else c.cost)
+        picks[objective] = best.plan.per_round
+        assert picks[objective] == (max(rounds) if objective == "time" else min(rounds)), [(c.plan.name, c.seconds, c.cost) for c in hybrids]
+    assert picks["cost"] < picks["time"]

@@ -493,8 +493,10 @@ class TierOptions:
 
 
 def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
-    """The fast-tier prediction of every plan (if the exchange fits) and, per P, the hybrid whose
-    round r is the fast tier's usable memory in whole producers (when that makes 2 rounds or more)."""
+    """The fast-tier prediction of every plan (if the exchange fits) and, per P, the hybrid with
+    rounds r of the fast tier's usable memory in whole producers, of half and of a quarter of it
+    (the fast-tier capacity to use: a smaller r holds less memory, priced per GB-hour, in more
+    rounds; Locus §3.4), each pipelined and not, whenever that makes 2 rounds or more."""
     out = []
     fast = options.fast
     stored = data_bytes * stored_share(slow, phases)  # what the exchange's objects take on a tier
@@ -505,8 +507,10 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):
             m_all = senders or p
-            m = per_round_for(fast.usable(options.free), stored, m_all, options.writers)
-            if 1 <= m < m_all and (buckets is None or p <= buckets):
+            most = per_round_for(fast.usable(options.free), stored, m_all, options.writers)
+            if not 1 <= most < m_all or (buckets is not None and p > buckets):  # one round: the fast tier alone
+                continue
+            for m in sorted({most, -(-most // 2), -(-most // 4)}, reverse=True):
                 for pipelined in (True, False) if options.pipelined is None else (options.pipelined,):  # shorter rounds, or M fast requests instead of M * P
                     plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(stored * m / m_all), pipelined)
                     out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
