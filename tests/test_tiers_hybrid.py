@@ -316,21 +316,28 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
     assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == [] and fast_objects(small_redis.url()) == []
 
 
+def _sort_killing_redis(tmp_path: Path, server: RedisServer, config: Config, size: int, parts: int, workers: int, seed: int):  # type: ignore[no-untyped-def]
+    """Sort ``size`` bytes of records through ``config``, Redis killed as round 2's combiners are
+    about to run; return the run's report and the output's validation."""
+    from tests.test_tiers import KillingExecutor
+
+    with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
+        gensort((tmp_path / "in").as_uri(), size, parts=parts, config=FAULT_CONFIG, executor=ex, seed=seed)
+        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), workers, config, executor=ex, plan=ExchangePlan.direct(workers))
+        assert ex.killed == 1
+        result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
+    assert result.ok and result.records == size // 100, result.problems
+    return report
+
+
 def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) -> None:
     """Unpipelined: Redis dies as round 2's combiners start: round 2's objects are gone, so only
     round 2's producers run again (to the slow tier); later rounds spill; the sort is right,
     nothing is left on the slow tier (the fast one died with its objects)."""
-    from tests.test_tiers import KillingExecutor
-
     with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
         server.wait_ready()
         config = FAULT_CONFIG.with_(fast_tier=server.url("k"), tier="hybrid", pipelined=False)
-        with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
-            gensort((tmp_path / "in").as_uri(), 2_000_000, parts=4, config=FAULT_CONFIG, executor=ex, seed=23)
-            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 8, config, executor=ex, plan=ExchangePlan.direct(8))
-            assert ex.killed == 1
-            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
-        assert result.ok and result.records == 20_000, result.problems
+        report = _sort_killing_redis(tmp_path, server, config, 2_000_000, 4, 8, 23)
         assert "fast_tier_fallback" not in report.summary  # not the whole job again
         (entry,) = report.exchanges
         (lost,) = report.summary["fast_tier_reruns"]["map"]
@@ -345,18 +352,12 @@ def test_redis_killed_between_rounds_reruns_only_the_lost_round(tmp_path: Path) 
 def test_redis_killed_in_a_pipelined_run_sends_that_round_and_the_later_ones_to_the_slow_tier(tmp_path: Path) -> None:
     """A pipelined round's producers cannot spill one by one (its combiners read beside them): Redis
     dies as round 2 starts, round 2 runs again through the slow tier, and the later rounds go
-    there without trying the dead server; the sort is right and nothing is left on either tier."""
-    from tests.test_tiers import KillingExecutor
-
+    there without trying the dead server; the sort is right and nothing is left on the slow tier
+    (the fast one died with its objects)."""
     with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
         server.wait_ready()
-        config = FAULT_CONFIG.with_(fast_tier=server.url("p"), tier="hybrid")
-        with KillingExecutor(Config(concurrency=2), server, "map-C2") as ex:
-            gensort((tmp_path / "in").as_uri(), 4_000_000, parts=8, config=FAULT_CONFIG, executor=ex, seed=29)
-            report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, config, executor=ex, plan=ExchangePlan.direct(4))
-            assert ex.killed == 1
-            result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=ex)
-        assert result.ok and result.records == 40_000, result.problems
+        config = FAULT_CONFIG.with_(fast_tier=server.url("p"), tier="hybrid", pipelined=True)
+        report = _sort_killing_redis(tmp_path, server, config, 4_000_000, 8, 4, 29)
         (entry,) = report.exchanges
         assert entry["plan"].endswith(" pipelined") and entry["rounds"] >= 3, entry
         assert "fast_tier_fallback" not in report.summary  # not the whole job again
