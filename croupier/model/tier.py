@@ -466,7 +466,7 @@ def _waiting_combiners(plan: HybridPlan, producers_seconds: float, slow: Storage
     producer time over its waves), as many of them as there are functions."""
     c = max(1, concurrency or slow.concurrency)
     waves = max(1, math.ceil(plan.per_round / c))
-    waiting = plan.rounds * min(plan.workers, c) * producers_seconds / plan.rounds / waves
+    waiting = min(plan.workers, c) * producers_seconds / waves  # per round: one producer's time, over the rounds
     return waiting * slow.prices.function_gb_second * slow.function_memory / GB
 
 
