@@ -6,6 +6,10 @@ test session in a temporary folder and stopped at the end.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -19,8 +23,13 @@ from croupier.testing import RedisServer, SeaweedFS
 
 BUCKET = "croupier-test"
 # Tests never calibrate a store or touch the user's profile cache unless they ask to
-# (Config(calibration="auto", profile_cache=<tmp>)): set before any Config is built.
+# (Config(calibration="auto", profile_cache=<tmp>)): set before any Config is built, and in the
+# environment, which the CLI run as a child process reads (test_clean_lease's sorts had
+# self-calibrated the test SeaweedFS into the user's cache), with a cache of the session's own.
 croupier.config.DEFAULT_CALIBRATION = "off"
+os.environ["CROUPIER_CALIBRATION"] = "off"
+os.environ["CROUPIER_PROFILE_CACHE"] = _SESSION_PROFILES = tempfile.mkdtemp(prefix="croupier-test-profiles-")
+atexit.register(shutil.rmtree, _SESSION_PROFILES, True)
 
 
 def sigint_default() -> None:
