@@ -50,3 +50,17 @@ def test_a_dead_server_fails_requests_within_the_retry_budget(tmp_path: Path) ->
             store.get("k")
         assert time.monotonic() - started < 30
         assert store.stats.retries == 2
+
+
+def test_a_redis_that_is_not_running_is_named_as_such_not_as_overloaded() -> None:
+    """A request to an address where nothing listens fails, after its retries, with advice to check
+    the server and the URL (not to lower the concurrency, as for an overloaded store)."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = Config(request_timeout=2, retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02))
+    with pytest.raises(StorageError, match="nothing answers at that address: check that the store is running") as caught:
+        open_store(f"redis://127.0.0.1:{port}/0/x", config).put("k", b"v")
+    assert "overloaded" not in str(caught.value) and str(port) in str(caught.value)

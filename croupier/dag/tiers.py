@@ -150,8 +150,9 @@ def is_full(reason: str) -> bool:
 
 
 def _first_line(text: str) -> str:
+    """The first line of an error, whole up to 1,000 characters (then cut with an ellipsis)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line[:300]
+    return line if len(line) <= 1000 else line[:999] + "…"
 
 
 def describe(chosen: dict[str, tuple[str, str]]) -> list[str]:

@@ -253,10 +253,7 @@ class Store:
                 raise
             except TransientStorageError as exc:
                 if attempt == policy.attempts:
-                    raise StorageError(
-                        f"{kind} {self.url}/{key} still failing after {attempt} attempts: {exc}; "
-                        "the store may be overloaded: lower the concurrency or retry later"
-                    ) from exc
+                    raise StorageError(f"{kind} {self.url}/{key} still failing after {attempt} attempts: {exc}; {_advice(exc)}") from exc
                 self.stats.record_retry(kind)
                 delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
                 self._sleep(random.uniform(0, delay))
@@ -264,6 +261,15 @@ class Store:
             self.stats.record(kind, size_of(result), seconds=time.perf_counter() - started)
             return result
         raise AssertionError("unreachable: RetryPolicy.attempts must be >= 1")
+
+
+def _advice(exc: BaseException) -> str:
+    """What to do about a request that kept failing: a store that refuses connections is not
+    running where the URL says; anything else is most often an overloaded one."""
+    text = str(exc).lower()
+    if "connection refused" in text or "error 111" in text or "failed to connect" in text or "name or service not known" in text:
+        return "nothing answers at that address: check that the store is running and the URL (host, port) is right"
+    return "the store may be overloaded: lower the concurrency or retry later"
 
 
 def _parts(data: Buffer | Sequence[Buffer]) -> list[memoryview]:
