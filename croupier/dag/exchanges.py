@@ -327,12 +327,14 @@ class Exchanges:
         for j in range(plan.rounds):
             producers = plan.round_producers(j)
             round_tasks = tasks[producers.start : producers.stop]
-            round_keys = [out.prefix + key for key in plan.round_keys(j)]
+            if dead:  # trying the dead server again would wait out its time-outs every round
+                got = self._on_slow(stage, plan, j, round_tasks, written, where, runs, merged)
+                out.lost.append(f"round {j + 1}: not tried on the fast tier ({dead}, in an earlier round); its {len(producers)} producer(s) wrote to the slow tier")
+                results += got
+                continue
             if not plan.pipelined:  # its producers spill to the slow tier one by one: a failure here is not the fast tier's
                 got = self._round(f"{stage.name} round {j + 1}/{plan.rounds}", round_tasks)
             try:
-                if dead:
-                    raise FastTierGone(dead)
                 if plan.pipelined:
                     got = self._pipelined_round(stage, plan, j, round_tasks, fast, runs, merged)
                 for s, result in zip(producers, got):
@@ -340,27 +342,31 @@ class Exchanges:
                 if not plan.pipelined:
                     self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, "")
             except CroupierError as exc:  # the fast tier lost the round: re-run its producers (only those) to the slow tier
-                reason = str(exc) if isinstance(exc, FastTierGone) else fast_tier_failure(exc, self.config)
+                reason = fast_tier_failure(exc, self.config)
                 if reason is None:
                     raise
                 if is_full(reason):  # a full tier (alive) may take the next round: free what this one wrote there
-                    self._free(fast, round_keys)
-                elif plan.pipelined and not dead:  # gone: its objects with it, and the later rounds skip it
+                    self._free(fast, [out.prefix + key for key in plan.round_keys(j)])
+                elif plan.pipelined:  # gone: its objects with it, and the later rounds skip it
                     dead = reason
-                got = self._round(f"{stage.name} round {j + 1}/{plan.rounds} again", [_to_slow(t, slow) for t in round_tasks])
-                for s, result in zip(producers, got):
-                    written[s], where[s] = result.value["written"], slow
-                self._combine(stage, plan, j, written, [w or fast for w in where], runs, merged, " again")
-                if isinstance(exc, FastTierGone):
-                    out.lost.append(f"round {j + 1}: not tried on the fast tier ({reason}, in an earlier round); its {len(producers)} producer(s) wrote to the slow tier")
-                else:
-                    out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
+                got = self._on_slow(stage, plan, j, round_tasks, written, where, runs, merged)
+                out.lost.append(f"round {j + 1}: {reason}; its {len(producers)} producer(s) ran again, writing to the slow tier")
             results += got
-            if not dead:
-                self._free(fast, [k for k, s in zip(round_keys, _senders_of_keys(plan, j)) if not where[s]])  # the fast tier holds one round at most
+            if not dead:  # the fast tier holds one round at most
+                self._free(fast, [out.prefix + o.key for s in producers if not where[s] for o in plan.writes(0, s)])
         with self._lock:
             self._merged[id(out)] = (merged, runs, slow)
         return results
+
+    def _on_slow(self, stage: Stage, plan: HybridPlan, j: int, round_tasks: list[Task], written: list[Written], where: list[str], runs: str, merged: list[Written]) -> list[TaskResult]:
+        """Round ``j`` (again) through the slow tier alone: its producers write there, its
+        combiners read there; return the producers' results."""
+        slow = self.tmp_url
+        got = self._round(f"{stage.name} round {j + 1}/{plan.rounds} again", [_to_slow(t, slow) for t in round_tasks])
+        for s, result in zip(plan.round_producers(j), got):
+            written[s], where[s] = result.value["written"], slow
+        self._combine(stage, plan, j, written, where, runs, merged, " again")
+        return got
 
     def _pipelined_round(self, stage: Stage, plan: HybridPlan, j: int, producers: list[Task], fast: str, runs: str, merged: list[Written]) -> list[TaskResult]:
         """Round ``j`` of a pipelined hybrid: its producers and its P combiners in one executor
@@ -459,17 +465,6 @@ def _keep_runs(plan: HybridPlan, j: int, combined: list[TaskResult], merged: lis
     """Note what round ``j``'s combiners wrote (their runs), by level-2 sender."""
     for c, result in zip(plan.round_combiners(j), combined):
         merged[c] = result.value["written"]
-
-
-def _senders_of_keys(plan: HybridPlan, j: int) -> list[int]:
-    """The producer of each of :meth:`HybridPlan.round_keys` (``j``), in order."""
-    return [s for s in plan.round_producers(j) for _ in plan.writes(0, s)]
-
-
-class FastTierGone(CroupierError):
-    """The fast tier failed for good in an earlier round of a pipelined hybrid: later rounds go
-    straight to the slow tier (their producers cannot spill one by one; trying each round again
-    would wait out the dead server's time-outs every time)."""
 
 
 def _to_slow(task: Task, slow: str) -> Task:
