@@ -116,11 +116,16 @@ def job_requests(plan: ExchangePlan) -> dict[str, int]:
     return {"PUT": counted["PUT"] + plan.workers, "GET": counted["GET"] + plan.producers, "GET_RANGE": counted["GET_RANGE"]}
 
 
+def exchange_write_kind(phases: dict[str, tuple[str, ...]] | None = None) -> str | None:
+    """The phase kind of the producers' exchange write (TeraSort's when ``phases`` do not say)."""
+    kinds = {**SORT_PHASES, **(phases or {})}
+    return next((k for k in kinds.get("map", ()) if k.startswith("write:exchange")), None)
+
+
 def stored_ratio(profile: StorageProfile, phases: dict[str, tuple[str, ...]] | None = None) -> float:
     """Bytes the exchange's objects hold per byte of data: its write kind's measured ratio."""
-    kinds = {**SORT_PHASES, **(phases or {})}
-    writes = [k for k in kinds.get("map", ()) if k.startswith("write:exchange")]
-    return profile.stored_ratio(writes[0]) if writes else 1.0
+    kind = exchange_write_kind(phases)
+    return profile.stored_ratio(kind) if kind is not None else 1.0
 
 
 def stage_facts(

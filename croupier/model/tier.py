@@ -522,14 +522,13 @@ def stored_share(slow: StorageProfile, phases: dict[str, tuple[str, ...]] | None
     the producers' write kind (zstd stores TeraSort records at about a third), else a guess from
     its codec (:data:`COMPRESSION_GUESS`), else 1. What decides whether an exchange fits the fast
     tier, and a hybrid round's size."""
-    from croupier.model.perf import SORT_PHASES
+    from croupier.model.perf import exchange_write_kind
 
-    kinds = {**SORT_PHASES, **(phases or {})}
-    writes = [k for k in kinds.get("map", ()) if k.startswith("write:exchange")]
-    if not writes:
+    kind = exchange_write_kind(phases)
+    if kind is None:
         return 1.0
-    guess = next((1.0 / f for codec, f in COMPRESSION_GUESS.items() if f"-{codec}" in writes[0]), 1.0)
-    return slow.stored_ratio(writes[0], guess)
+    guess = next((1.0 / f for codec, f in COMPRESSION_GUESS.items() if f"-{codec}" in kind), 1.0)
+    return slow.stored_ratio(kind, guess)
 
 
 def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoice:
