@@ -42,7 +42,7 @@ from croupier.exchange.hybrid import HybridPlan
 from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
-from croupier.model.tier import FastTierProfile, compare, hybrid_terms, predict_on_tier
+from croupier.model.tier import FastTierProfile, compare, fast_share, hybrid_terms, predict_on_tier, stored_share
 from croupier.storage import open_store
 from croupier.testing import RedisServer, SeaweedFS
 from croupier.units import format_bytes, parse_size
@@ -127,7 +127,11 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     measured = max(1e-6, float(row["exchange_io_seconds"]))  # type: ignore[arg-type]
     row["model_error"] = round(abs(table3 - measured) / measured, 3)
     size = int(row["size"])  # type: ignore[call-overload]
-    staged = predict_on_tier(plan, size, slow, fast, "slow" if used == "levels" else used, concurrency).seconds  # D as the selector sees it: records x 100
+    # a fast-tier run that does not fit whole: the share of producers the selector expects to fit, the rest spilling
+    share = fast_share(fast, FAST_MEMORY, size * stored_share(slow), plan.producers, concurrency) if used == "fast" else 1.0
+    row["fast_share"] = round(share, 3)
+    priced = "slow" if used == "levels" or share == 0 else used  # nothing fits: every producer spills
+    staged = predict_on_tier(plan, size, slow, fast, priced, concurrency, fast_share=share if priced == "fast" else 1.0).seconds  # D as the selector sees it: records x 100
     row["stage_model_seconds"] = round(staged, 3)
     walls = max(1e-6, float(row["exchange_seconds"]))  # type: ignore[arg-type]
     row["stage_model_error"] = round(abs(staged - walls) / walls, 3)
@@ -187,6 +191,8 @@ def main() -> None:
         for r in mine:
             regret = f"{float(r['wall']) / best:.2f}" if r["tier"] == "auto" else ""  # type: ignore[arg-type]
             note = (f"  fell back: {r['fallback']}" if r["fallback"] else "") + (f"  {r['spills']} producer(s) spilled" if r["spills"] else "")
+            if float(r.get("fast_share", 1.0)) < 1:  # type: ignore[arg-type]
+                note += f" (model: {1 - float(r['fast_share']):.0%} of {r['producers']} spill)"  # type: ignore[arg-type]
             print(
                 f"{format_bytes(size):>9} {r['tier']:>18} {str(r['used']):>26} {r['workers']:>3} {r['wall']:>8} {r['exchange_seconds']:>8} {r['stage_model_seconds']:>8} {r['stage_model_error']:>6} "
                 f"{r['exchange_io_seconds']:>8} {r['predicted_exchange_seconds']:>8} {r['model_error']:>6}  {regret}{note}"

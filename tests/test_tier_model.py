@@ -125,7 +125,8 @@ def test_whether_an_exchange_fits_the_fast_tier_is_judged_by_what_its_codec_stor
         return {c.tier: c for c in tier_candidates(plans, int(1e9), profile, options, 2, False, phases, 16, None)}
 
     fits, guessed = tiers_of(measured), tiers_of(shipped)
-    assert "fast" in fits and "fast" not in guessed  # 314 MB (+ 2 writes in flight) fits 412 MB usable; 500 MB does not
+    # 314 MB (+ 2 writes in flight) fits 412 MB usable; of 500 MB, 11 of the 16 producers' objects do (the rest spill)
+    assert fits["fast"].fast_share == 1.0 and guessed["fast"].fast_share == 11 / 16  # type: ignore[attr-defined]
     assert guessed["hybrid"].plan.round_bytes == pytest.approx(0.5e9 * guessed["hybrid"].plan.per_round / 16, rel=1e-6)  # type: ignore[attr-defined]
 
 
@@ -147,3 +148,43 @@ def test_the_selector_chooses_the_round_size_the_fast_tier_capacity_to_use() -> 
         picks[objective] = best.plan.per_round
         assert picks[objective] == (max(rounds) if objective == "time" else min(rounds)), [(c.plan.name, c.seconds, c.cost) for c in hybrids]
     assert picks["cost"] < picks["time"]
+
+
+def test_the_share_of_producers_a_fast_tier_holds() -> None:
+    """m / M as a hybrid round's m: the producers whose objects fit the usable memory, with the
+    writes in flight taking room too; 1 when the exchange fits whole."""
+    from croupier.model.tier import fast_share
+
+    usable = FAST.usable()  # 1 GiB / 1.3: about 826 MB
+    assert fast_share(FAST, None, 400e6, 8) == 1.0
+    assert fast_share(FAST, None, 1.6e9, 16, writers=2) == int((usable - 2 * 100e6) // 100e6) / 16  # 6 of 16
+    assert fast_share(FAST, 200e6, 1.6e9, 16) == 1 / 16  # 200 MB free now: 153 MB usable, one producer's 100 MB
+    assert fast_share(FAST, None, 40e9, 16) == 0.0  # not even one producer's 2.5 GB
+
+
+def test_a_fast_tier_holding_part_of_an_exchange_prices_the_rest_on_the_slow_tier() -> None:
+    """With a share s of the producers on the fast tier: s of level 1's requests and bytes are
+    priced on it (its own terms) and the rest on the slow tier, so the time lies between the two
+    tiers'; a 2-level plan's level 2 is on the slow tier (the runner puts it there)."""
+    from croupier.exchange.plan import ExchangePlan
+    from croupier.exchange.topology import Topology
+    from croupier.model.tier import predict_on_tier
+
+    slow = StorageProfile.load("seaweedfs-loopback")
+    fast = FastTierProfile.load("redis-loopback")
+    direct = ExchangePlan(Topology.direct(8), True, 16)
+    on_slow, on_fast, half = (predict_on_tier(direct, int(1e9), slow, fast, tier, 2, fast_share=s) for tier, s in (("slow", 1.0), ("fast", 1.0), ("fast", 0.5)))
+    assert on_fast.seconds < half.seconds < on_slow.seconds and half.fast_share == 0.5
+    producers = {t.name: t.seconds for t in half.stages[0].terms}
+    assert any(n.startswith("fast-tier write") and v > 0 for n, v in producers.items()) and any(n.startswith("write") and v > 0 for n, v in producers.items()), producers
+    consumers = {t.name for t in half.stages[-1].terms}
+    assert any(n.startswith("fast-tier read") for n in consumers) and any(n.startswith("read") for n in consumers), consumers
+    assert half.requests == on_fast.requests  # the same requests, half of them on each tier
+    two = ExchangePlan(Topology.parse("4x2"), True, 16)
+    spilled = predict_on_tier(two, int(1e9), slow, fast, "fast", 2, fast_share=0.5)
+    level2 = spilled.stages[1]  # reads level 1 (half on each tier), writes level 2 on the slow tier
+    names = {t.name for t in level2.terms if t.seconds}
+    assert any(n.startswith("fast-tier read") for n in names) and not any(n.startswith("fast-tier write") for n in names), names
+    assert not any(t.name.startswith("fast-tier") for t in spilled.stages[-1].terms), spilled.stages[-1].terms  # level 2 on the slow tier
+    with pytest.raises(ValueError, match="fast_share"):
+        predict_on_tier(direct, int(1e9), slow, fast, "slow", 2, fast_share=0.5)

@@ -185,6 +185,26 @@ def test_a_full_fast_tier_spills_the_senders_that_do_not_fit_to_the_slow_tier(tm
         assert fast_objects(server.url()) == []  # nothing left in the server (no lease either)
 
 
+def test_a_spilled_exchange_writes_its_later_levels_to_the_slow_tier(tmp_path: Path, executor: LocalExecutor) -> None:
+    """A 2-level exchange forced onto a 3 MiB Redis: level 1 fills it and some producers spill;
+    level 2 then goes to the slow tier (the full Redis would refuse it and fail the run), so the
+    sort needs no re-run on the slow tier and is valid, with each level's requests as planned."""
+    from croupier.exchange.topology import Topology
+
+    with RedisServer(tmp_path / "redis", maxmemory=3 << 20) as server:
+        server.wait_ready()
+        fast = FAULT_CONFIG.with_(fast_tier=server.url("two"), tier="fast")
+        gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=14)
+        report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), 4, fast, executor=executor, plan=ExchangePlan(Topology.parse("2x2"), True, 4))
+        result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
+        assert result.ok and result.records == 40_000, result.problems
+        assert "fast_tier_fallback" not in report.summary, report.summary  # no re-run: level 2 did not need the full Redis
+        assert report.summary["fast_tier_spills"]["senders"]["map"] >= 1, report.summary
+        assert_requests_match_plans(report)
+        assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == []
+        assert fast_objects(server.url()) == []
+
+
 def test_redis_killed_before_the_producers_write_spills_them_all(tmp_path: Path) -> None:
     with RedisServer(tmp_path / "redis") as server:
         server.wait_ready()

@@ -232,7 +232,12 @@ def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None
     fast = FastTierProfile.load("redis-loopback")
     choice = choose(int(2e9), slow, concurrency=2, senders=16, buckets=64, tiers=TierOptions(fast, 512 << 20, writers=2))
     tiers = {c.tier for c in choice.candidates}
-    assert tiers == {"slow", "hybrid"}  # 2 GB does not fit 512 MiB: no fast candidate
+    assert tiers == {"slow", "fast", "hybrid"}
+    for c in choice.candidates:  # 2 GB does not fit 512 MiB whole: on the fast tier, some producers spill
+        if c.tier == "fast":
+            assert 0 < c.fast_share < 1
+            names = {t.name for t in c.stages[0].terms}
+            assert any(n.startswith("fast-tier write") for n in names) and any(n.startswith("write") for n in names), names
     for c in choice.candidates:
         if c.tier == "hybrid":
             assert isinstance(c.plan, HybridPlan) and c.plan.rounds >= 2 and c.plan.round_bytes * 1.3 <= 512 << 20
@@ -299,20 +304,48 @@ def test_the_selector_weighs_a_pipelined_round_against_fewer_fast_requests() -> 
 
 
 def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
-    """A slow store profiled as request-bound (5 requests/s) and a 6 MiB Redis: auto's search over
-    tier x algorithm x P picks the hybrid; the sort is valid and leaves nothing behind."""
+    """A slow store profiled as request-bound (5 requests/s), a 6 MiB Redis and a direct exchange
+    of 16 producers of which about half fit Redis: auto's search over tier x algorithm x P picks
+    the hybrid (2 rounds: 64 slow requests) over the fast tier with the other half spilling
+    (about 8 x 17 slow requests); the sort is valid and leaves nothing behind."""
     from dataclasses import replace
 
     from croupier.model.profile import Curve
 
     crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
     replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
-    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"), workers=8)
-    gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=22)
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"), workers=16, algorithm="direct+wc")
+    gensort((tmp_path / "in").as_uri(), 6_000_000, parts=16, config=FAULT_CONFIG, executor=executor, seed=22)
     report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
     (entry,) = report.exchanges
     assert entry["tier"].startswith("hybrid r=") and "the selector over tier x algorithm x P" in entry["tier_why"], report.summary.get("fast_tier_fallback")
     assert "slow:" in entry["tier_why"] and "hybrid:" in entry["tier_why"]
+    assert "fast: direct+wc P=16 with 50% of its producers' objects there, the others spilling" in entry["tier_why"], entry["tier_why"]
+    assert entry["measured_requests"] == entry["predicted_requests"]
+    result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
+    assert result.ok and result.records == 60_000, result.problems
+    assert leftover_tmp((tmp_path / "out").as_uri(), FAULT_CONFIG) == [] and fast_objects(small_redis.url()) == []
+
+
+def test_auto_takes_a_fast_tier_that_holds_most_of_the_exchange_and_spills_the_rest(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
+    """The request-bound slow store, 6 MiB of Redis, a 4 MB sort whose plan (3-level with level 2
+    in memory, TeraSort's, fixed before it runs) is the one priced: three quarters of its
+    producers' objects fit Redis, so auto takes the fast tier with the rest spilling, over the
+    hybrid and the slow tier. Level 3 goes to the slow tier (Redis was not expected to hold it), so
+    the run needs no re-run on the slow tier; the sort is valid and nothing is left behind."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("s"), profile=str(tmp_path / "starved.json"), workers=8)
+    gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=23)
+    report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
+    (entry,) = report.exchanges
+    assert entry["tier"] == "fast" and "fast: 3-level 2x2x2+wc, level 2 in memory P=8 with 75% of its producers' objects there" in entry["tier_why"], entry["tier_why"]
+    assert "hybrid:" in entry["tier_why"] and "slow:" in entry["tier_why"]
+    assert "fast_tier_fallback" not in report.summary, report.summary
     assert entry["measured_requests"] == entry["predicted_requests"]
     result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
     assert result.ok and result.records == 40_000, result.problems
@@ -458,7 +491,8 @@ def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, smal
 
 def test_explain_lists_the_tier_candidates_beside_the_algorithms(tmp_path: Path) -> None:
     """A fast tier of 6 MiB and ~4 MB of input in 8 files: explain shows slow and hybrid candidates
-    of the selector's search with their dominant terms, and the fast tier as not fitting."""
+    of the selector's search with their dominant terms, and the fast tier's as not fitting whole
+    (the share of producers it holds, the others spilling)."""
     from dataclasses import replace
 
     rng = np.random.default_rng(1)
@@ -470,4 +504,7 @@ def test_explain_lists_the_tier_candidates_beside_the_algorithms(tmp_path: Path)
     text = cf.scan_parquet(str(tmp_path / "t"), config=config).group_by("k").agg(col("x").sum()).explain()
     assert "    tier: " in text and "the selector over tier x algorithm x P" in text, text
     assert "tier slow" in text and "tier hybrid" in text and "hybrid r=" in text, text
-    assert "fast: does not fit" in text
+    import re
+
+    assert re.search(r"fast: \S+ P=\d+ with \d+% of its producers' objects there, the others spilling to the slow tier", text), text
+    assert re.search(r"@fast \d+% +P=", text), text

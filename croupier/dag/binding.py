@@ -103,18 +103,21 @@ class Binder:
         return max(p, min(MAX_BUCKETS, BUCKETS_PER_PARTITION * p))
 
     # --- decisions --------------------------------------------------------------------------------
-    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None, tiers: Any = None) -> Choice:
+    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None, tiers: Any = None, plan: ExchangePlan | None = None) -> Choice:
         config = self.config
+        algorithm, topology = (plan.family, plan.topology) if plan is not None else (config.algorithm, self.forced_topology())
         return choose(
             max(1, nbytes), self.profile(), config.objective, config.budget, workers=config.workers, concurrency=config.concurrency,
-            max_workers=config.max_workers, algorithm=config.algorithm, senders=senders, buckets=buckets,
-            topology=self.forced_topology(), producers_done=producers_done, phases=phases, tiers=tiers,
+            max_workers=config.max_workers, algorithm=algorithm, senders=senders, buckets=buckets,
+            topology=topology, producers_done=producers_done, phases=phases, tiers=tiers,
         )  # fmt: skip
 
-    def tiered(self, nbytes: int, senders: int, buckets: int | None, tiers: Any, phases: Phases | None = None) -> Choice:
+    def tiered(self, nbytes: int, senders: int, buckets: int | None, tiers: Any, phases: Phases | None = None, plan: ExchangePlan | None = None) -> Choice:
         """The selector over tier x algorithm x P before ``senders`` producers write ``nbytes``
-        (``tiers``: a :class:`croupier.model.tier.TierOptions`); the caller keeps the tier."""
-        return self._choose(nbytes, senders, buckets, False, phases, tiers)
+        (``tiers``: a :class:`croupier.model.tier.TierOptions`; ``plan``: the exchange's plan when
+        it is fixed already, as TeraSort's is: only it is priced, on each tier); the caller keeps
+        the tier."""
+        return self._choose(nbytes, senders, buckets, False, phases, tiers, plan)
 
     def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured", phases: Phases | None = None) -> Decision:
         """P and a write-combined plan for ``nbytes`` the ``senders`` producers wrote in ``buckets``;

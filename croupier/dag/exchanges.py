@@ -56,7 +56,7 @@ class Exchanges:
         self._merged: dict[int, tuple[list[Written], str, str]] = {}  # hybrid producers: their runs
         self._hybrid_workers = 0  # P of the run's hybrid exchanges (the first one's)
         if tiers is not None:  # auto's tier: the selector's search over tier x algorithm x P
-            tiers.select = lambda nbytes, senders, options, phases: binder.tiered(nbytes, senders, None, options, phases)
+            tiers.select = lambda nbytes, senders, options, phases, plan: binder.tiered(nbytes, senders, None, options, phases, plan)
         self.encoding = self.config.shuffle_encoding(tmp_url)
 
     def format_of(self, rep: str) -> str:
@@ -197,7 +197,7 @@ class Exchanges:
         stores: dict[int, str] = {}
         for b in bounds:
             plan = b.decision.plan
-            url = stores[id(b)] = self.slow_url(b)
+            url = stores[id(b)] = self.levels_url(b)
             urls = [u if u != url else "" for u in self.sender_urls(b, level - 1)]  # ("": the task's own store)
             channel = f"x:{b.producer.stage.name}"
             groups = [plan.members(level, t) for t in range(plan.group_count(level))] if grouped else [[w] for w in range(plan.workers)]
@@ -222,8 +222,16 @@ class Exchanges:
         return {id(b): (fresh[id(b)], stores[id(b)]) for b in bounds}
 
     def slow_url(self, b: Bound) -> str:
-        """Where ``b``'s exchange keeps its levels 2..k: its producers' store, or the run's temporaries."""
+        """Where ``b``'s producers wrote level 1 (those that did not spill): their store, or the
+        run's temporaries."""
         return b.producer.url or self.tmp_url
+
+    def levels_url(self, b: Bound) -> str:
+        """Where ``b``'s exchange writes its levels 2..k: where its producers wrote, unless the
+        fast tier was not expected to hold it whole, or some producers spilled to the slow tier
+        (the fast tier was full): then the slow tier too."""
+        spilling = self.tiers is not None and b.producer.stage.name in self.tiers.spilling
+        return self.tmp_url if spilling or b.producer.fell_back else self.slow_url(b)
 
     def sender_urls(self, b: Bound, level: int) -> list[str]:
         """Per sender of ``level`` (the last one written): the store it wrote to."""
@@ -423,8 +431,10 @@ class Exchanges:
         sink = stage.sink
         sized = self.config.tier in ("auto", "hybrid") and self.config.fast_tier is not None
         estimate = self.input_bytes(stage, inputs, out) if sized else None
-        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not sink.eager
-        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned, early_kinds(stage, self.format_of) if sized else None)
+        eager = isinstance(sink, ExchangeSink) and sink.eager  # eager consumers read before a spilled producer could say where it wrote
+        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not eager
+        fixed = sink.plan if isinstance(sink, ExchangeSink) else None  # TeraSort's: P and the splitters chosen before
+        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned, early_kinds(stage, self.format_of) if sized else None, not eager, fixed)
         tier, why = self.tiers.chosen[stage.name]
         if self.config.fast_tier is not None:
             out.notes.append(f"exchange objects on the {tier} tier ({why})")

@@ -53,6 +53,8 @@ class Tiers:
         fast_url: the run's prefix on the fast tier, once an exchange chose it (else None)
         chosen:   per producer stage: (tier, why), for the report and explain ("hybrid r=...")
         rounds:   per producer stage whose exchange is hybrid: the model's round
+        spilling: producer stages whose exchange the fast tier is not expected to hold whole
+                  (some producers spill; its levels 2..k go to the slow tier)
     """
 
     def __init__(self, run: Run, slow_url: str) -> None:
@@ -62,22 +64,28 @@ class Tiers:
         self.fast_url: str | None = None
         self.chosen: dict[str, tuple[str, str]] = {}
         self.rounds: dict[str, TierChoice] = {}
+        self.spilling: set[str] = set()
         #: the selector over tier x algorithm x P: (data bytes D, producers, TierOptions, the
-        #: exchange's phase kinds) -> Choice; set by the exchanges (None: Locus' Table 3
-        #: comparison alone, croupier.model.tier.choose)
-        self.select: Callable[[int, int, Any, Any], Any] | None = None
+        #: exchange's phase kinds, its plan if fixed) -> Choice; set by the exchanges (None:
+        #: Locus' Table 3 comparison alone, croupier.model.tier.choose)
+        self.select: Callable[[int, int, Any, Any, Any], Any] | None = None
         self._lock = threading.Lock()
 
-    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None) -> str:
+    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None, spills: bool = True, plan: Any = None) -> str:
         """Where the exchange written by ``stage`` (``senders`` producers) puts its level-1 objects
         (``estimate``: its input bytes, if known; ``partitioned``: a partitioned exchange, the only
-        kind the hybrid serves; ``phases``: the exchange's phase kinds, for the selector). A hybrid
-        exchange's producers write to the fast tier too; its round is in :attr:`rounds`."""
-        choice = self.choose(estimate, senders, partitioned, phases)
+        kind the hybrid serves; ``phases``: the exchange's phase kinds, for the selector;
+        ``spills``: its producers may write to the slow tier when the fast one is full, so it may
+        go there even if it does not fit whole; ``plan``: its plan when fixed before it runs, the
+        only one the search then prices). A hybrid exchange's producers write to the fast tier
+        too; its round is in :attr:`rounds`."""
+        choice = self.choose(estimate, senders, partitioned, phases, spills, plan)
         with self._lock:
             self.chosen[stage] = (choice.label, choice.why)
             if choice.tier == "hybrid":
                 self.rounds[stage] = choice
+            if choice.tier == "fast" and choice.fast_share < 1:
+                self.spilling.add(stage)
             if choice.tier == "slow":
                 return self.slow_url
             return self.fast()
@@ -89,7 +97,7 @@ class Tiers:
             self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
         return self.fast_url
 
-    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None) -> TierChoice:
+    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None, spills: bool = True, plan: Any = None) -> TierChoice:
         """The tier for an exchange of ``estimate`` bytes from ``senders`` producers. The selector
         takes ``estimate`` as the exchange's data D, as an early binding does, and sizes what the
         fast tier must hold by the bytes the producers' codec stores per byte of D
@@ -111,8 +119,8 @@ class Tiers:
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
             from croupier.model.tier import TierOptions, fast_profile_for, from_selection
 
-            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency, config.pipelined)
-            return from_selection(self.select(estimate, senders, options, phases), options)
+            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency, config.pipelined, spills)
+            return from_selection(self.select(estimate, senders, options, phases, plan), options)
         return choose(estimate, config, self.slow_url, free, senders, allowed)  # Locus Table 3 alone
 
     def _free(self) -> int | None:

@@ -36,6 +36,7 @@ class Prediction:
     requests: dict[str, int] = field(default_factory=dict)
     cost: float = 0.0
     tier: str = "slow"  # where the exchange's objects go: "slow", "fast", "hybrid" (croupier.model.tier)
+    fast_share: float = 1.0  # on the fast tier: the share of its producers whose objects fit (the rest spill to the slow tier)
 
     @property
     def workers(self) -> int:

@@ -145,7 +145,7 @@ def io_term(kind: str, data: float, requests: int, profile: StorageProfile, c: i
         sources += ((f"extrapolation:{kind}", max(bandwidth, throughput)),)
     if throughput >= bandwidth:
         rate = f"{q:,.0f}" if q >= 10 else f"{q:.3g}"  # never "0 req/s" for a slow store
-        return Term(f"{kind} throughput", throughput, f"{requests:,} {kind}s of {size / 1e6:.3g} MB at {rate} req/s with {flight:g} in flight", sources)
+        return Term(f"{kind} throughput", throughput, f"{requests:,.0f} {kind}s of {size / 1e6:.3g} MB at {rate} req/s with {flight:g} in flight", sources)
     per = f"per function x {c:g}" if profile.network_per_function else f"per stream x {flight:g}"
     return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s {per}", sources)
 

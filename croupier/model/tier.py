@@ -297,6 +297,7 @@ class TierChoice:
     candidates: tuple[TierCandidate, ...] = ()
     workers: int = 0  # the hybrid's P, when the selector chose it (0: bind P as usual)
     pipelined: bool = False  # the hybrid's rounds: combiners beside the producers (HybridPlan.pipelined)
+    fast_share: float = 1.0  # fast: the share of its producers expected to fit (< 1: the others spill, and levels 2..k go to the slow tier)
 
     @property
     def label(self) -> str:
@@ -393,47 +394,61 @@ def level_tier(plan: Any, level: int, tier: str) -> str:
     return tier
 
 
-def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: FastTierProfile | None, tier: str, concurrency: int | None = None, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None) -> Any:
+def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: FastTierProfile | None, tier: str, concurrency: int | None = None, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None, fast_share: float = 1.0) -> Any:
     """The selector's prediction of ``plan`` with its exchange objects on ``tier``: the stages of
     :func:`croupier.model.perf.stage_facts`, their exchange reads and writes on the fast tier
     priced by :func:`fast_storage_profile` as their own terms ("fast-tier read ...", "fast-tier
     write ..."), the rest (input, output, compute, start-up) as on the slow tier; a hybrid pays
     one more start-up per round for its producers and its combiners. Cost adds the fast tier's
-    memory held (its capacity, or r for the hybrid) and its request charges."""
+    memory held (its capacity, or r for the hybrid) and its request charges.
+
+    ``fast_share`` < 1 (tier "fast" only): the exchange does not fit the fast tier whole; that
+    share of its producers' objects goes there and the rest spills to the slow tier (see
+    croupier.dag.task.write), so that share of its level-1 requests and bytes is priced on the
+    fast tier and the rest, with every later level (which the runner then keeps on the slow tier),
+    on the slow one. A spilling producer's refused first write is left out (the fast tier refuses
+    it at once once full)."""
     from dataclasses import replace
 
     from croupier.model.perf import Prediction, cost as slow_cost, job_requests, predict, stage_facts, stored_ratio
     from croupier.model.stage import StagePrediction, Term, predict_stage
 
+    if not 0.0 < fast_share <= 1.0 or (fast_share < 1.0 and tier != "fast"):
+        raise ValueError(f"fast_share must be in (0, 1], and below 1 only on the fast tier; got {fast_share} on {tier!r}")
     if tier == "slow" or fast is None:
         return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
     facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases))
     stages = []
+    def fast_level(level: int) -> bool:  # a spilled exchange's levels 2..k go to the slow tier (croupier.dag.exchanges)
+        return level_tier(plan, level, tier) == "fast" and (fast_share == 1.0 or level == 0)
+
     for f, stage in zip(facts, plan.stages()[1 if producers_done else 0 :]):
-        writes_fast = stage.writes is not None and level_tier(plan, stage.writes, tier) == "fast"
-        fetches_fast = stage.reads is not None and level_tier(plan, stage.reads, tier) == "fast"
+        writes_fast = stage.writes is not None and fast_level(stage.writes)
+        fetches_fast = stage.reads is not None and fast_level(stage.reads)
+        fetched = fast_share if fetches_fast else 0.0  # the share of the stage's exchange reads and writes on the fast tier
+        written = fast_share if writes_fast else 0.0
         slow_part = replace(
             f,
-            reads=f.reads - (f.exchange_reads if fetches_fast else 0),
-            read_bytes=f.read_bytes - (f.exchange_read_bytes if fetches_fast else 0.0),
-            exchange_reads=0 if fetches_fast else f.exchange_reads,
-            exchange_read_bytes=0.0 if fetches_fast else f.exchange_read_bytes,
-            writes=0 if writes_fast else f.writes,
-            write_bytes=0.0 if writes_fast else f.write_bytes,
+            reads=f.reads - f.exchange_reads * fetched,
+            read_bytes=f.read_bytes - f.exchange_read_bytes * fetched,
+            exchange_reads=f.exchange_reads * (1.0 - fetched),
+            exchange_read_bytes=f.exchange_read_bytes * (1.0 - fetched),
+            writes=f.writes * (1.0 - written),
+            write_bytes=f.write_bytes * (1.0 - written),
         )
         fast_part = replace(
             f,
             phases={},
             calls={},
-            reads=f.exchange_reads if fetches_fast else 0,
-            read_bytes=f.exchange_read_bytes if fetches_fast else 0.0,
-            exchange_reads=f.exchange_reads if fetches_fast else 0,
-            exchange_read_bytes=f.exchange_read_bytes if fetches_fast else 0.0,
-            writes=f.writes if writes_fast else 0,
-            write_bytes=f.write_bytes if writes_fast else 0.0,
+            reads=f.exchange_reads * fetched,
+            read_bytes=f.exchange_read_bytes * fetched,
+            exchange_reads=f.exchange_reads * fetched,
+            exchange_read_bytes=f.exchange_read_bytes * fetched,
+            writes=f.writes * written,
+            write_bytes=f.write_bytes * written,
         )
         full = predict_stage(slow_part, slow, concurrency)
-        moved = ("read",) * fetches_fast + ("write",) * writes_fast  # their slow terms are 0 now: leave them out
+        moved = ("read",) * fetches_fast + ("write",) * writes_fast  # their slow terms are 0 when all moved: leave them out
         base = replace(full, terms=tuple(t for t in full.terms if not (t.name.startswith(moved) and not t.seconds)) if moved else full.terms)
         c = max(1, min(max(1, f.tasks), concurrency or slow.concurrency))
         on_fast = predict_stage(fast_part, fast_storage_profile(slow, fast, c), concurrency)
@@ -449,7 +464,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         total = sum(t.seconds for t in terms)
         stages.append(StagePrediction(base.name, terms, spread, slow.residual * total))
     requests = job_requests(plan)
-    on_fast = requests_by_tier(plan.counts(data_bytes), lambda level: level_tier(plan, level, tier))["fast"]
+    on_fast = {kind: n * fast_share for kind, n in requests_by_tier(plan.counts(data_bytes), lambda level: "fast" if fast_level(level) else "slow")["fast"].items()}
     on_slow = {kind: n - on_fast[kind] for kind, n in requests.items()}
     fast_requests = sum(on_fast.values())
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
@@ -457,7 +472,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
     if tier == "hybrid" and plan.pipelined and not producers_done and stages:
         usd += _waiting_combiners(plan, stages[0].seconds, slow, concurrency)
-    return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier)
+    return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier, fast_share)
 
 
 def _waiting_combiners(plan: HybridPlan, producers_seconds: float, slow: StorageProfile, concurrency: int | None) -> float:
@@ -490,10 +505,12 @@ class TierOptions:
     allowed: tuple[str, ...] = ("slow", "fast", "hybrid")
     writers: int = 0
     pipelined: bool | None = None  # the hybrid's variants: both (None), or the forced one
+    spill: bool = True  # producers the full fast tier refuses may write to the slow tier instead (not with eager consumers)
 
 
 def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
-    """The fast-tier prediction of every plan (if the exchange fits) and, per P, the hybrid with
+    """The fast-tier prediction of every plan (if the exchange fits; else, for one-level plans,
+    with the producers that do not fit spilling to the slow tier) and, per P, the hybrid with
     rounds r of the fast tier's usable memory in whole producers, of half and of a quarter of it
     (the fast-tier capacity to use: a smaller r holds less memory, priced per GB-hour, in more
     rounds; Locus §3.4), each pipelined and not, whenever that makes 2 rounds or more."""
@@ -504,6 +521,8 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
         in_flight = options.writers * stored / max(1, senders or 1)
         fitting = [plan for plan in plans if fast.fits(stored * plan.stored_levels + in_flight, options.free)]
         out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
+        if options.spill and not producers_done:
+            out += _spilling(plans, fitting, data_bytes, stored, slow, options, concurrency, phases, senders)
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):
             m_all = senders or p
@@ -515,6 +534,29 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
                     plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(stored * m / m_all), pipelined)
                     out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
     return out
+
+
+def _spilling(plans: list[Any], fitting: list[Any], data_bytes: int, stored: float, slow: StorageProfile, options: TierOptions, concurrency: int | None, phases: dict[str, tuple[str, ...]] | None, senders: int | None) -> list[Any]:
+    """The fast tier for plans whose exchange does not fit it whole: the producers write there
+    until it is full, and the rest write to the slow tier instead (croupier.dag.task.write), so a
+    share m / M of level 1 is on the fast tier, m being the producers whose objects fit with the
+    writes in flight (as a hybrid round's); levels 2..k then go to the slow tier."""
+    done = {id(plan) for plan in fitting}
+    out = []
+    for plan in plans:
+        if id(plan) in done:
+            continue
+        share = fast_share(options.fast, options.free, stored, senders or plan.workers, options.writers)
+        if 0.0 < share < 1.0:
+            out.append(predict_on_tier(plan, data_bytes, slow, options.fast, "fast", concurrency, False, phases, share))
+    return out
+
+
+def fast_share(fast: FastTierProfile, free: float | None, stored: float, senders: int, writers: int = 0) -> float:
+    """The share of ``senders`` producers whose objects (``stored`` bytes in all, one level) the
+    fast tier holds before it is full, with ``writers`` writes in flight: m / M, m as a hybrid
+    round's (:func:`croupier.exchange.hybrid.per_round_for`); 1 when the exchange fits whole."""
+    return per_round_for(fast.usable(free), stored, senders, writers) / senders
 
 
 def stored_share(slow: StorageProfile, phases: dict[str, tuple[str, ...]] | None = None) -> float:
@@ -542,11 +584,12 @@ def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoic
     parts = []
     for tier, c in best_of.items():
         d = c.dominant()
-        parts.append(f"{tier}: {c.plan.name} P={c.workers} {c.seconds:.3f} s, ${c.cost:.6f}, dominated by {d.name}")
+        spill = f" with {c.fast_share:.0%} of its producers' objects there, the others spilling to the slow tier" if c.fast_share < 1 else ""
+        parts.append(f"{tier}: {c.plan.name} P={c.workers}{spill} {c.seconds:.3f} s, ${c.cost:.6f}, dominated by {d.name}")
     if options is not None:  # the tiers with no candidate, and why
         room = f"{compact_bytes(options.fast.usable(options.free))} usable"
         if "fast" in options.allowed and "fast" not in best_of:
-            parts.append(f"fast: does not fit ({room})")
+            parts.append(f"fast: does not fit ({room})" + ("" if options.spill else "; its producers could not spill to the slow tier"))
         if "hybrid" in options.allowed and "hybrid" not in best_of:
             parts.append(f"hybrid: no round of whole producers fits or it fits in one ({room})")
     why = f"auto, {choice.objective}, ~{choice.data_bytes / (1 << 20):,.0f} MiB to move; the selector over tier x algorithm x P ({len(choice.candidates)} candidates), best of each tier: " + "; ".join(parts)
@@ -554,5 +597,5 @@ def from_selection(choice: Any, options: TierOptions | None = None) -> TierChoic
     plan = winner.plan
     if winner.tier == "hybrid":
         return TierChoice("hybrid", why, plan.round_bytes, plan.per_round, candidates, plan.workers, plan.pipelined)
-    return TierChoice(winner.tier, why, candidates=candidates)
+    return TierChoice(winner.tier, why, candidates=candidates, fast_share=winner.fast_share)
 
