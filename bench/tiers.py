@@ -1,7 +1,8 @@
 """Sort through the slow tier (SeaweedFS) and through a fast tier (Redis capped at 512 MiB) beside it.
 
 For each size: a TeraSort (gensort in, gensort out, on SeaweedFS) with every exchange on the slow
-tier, on the fast tier (producers that do not fit spill to the slow tier), through the hybrid
+tier, on the fast tier (producers that do not fit spill to the slow tier; the model prices the
+share it expects to fit on the fast tier, the rest on the slow one), through the hybrid
 multi-round exchange (rounds of r bytes through Redis, runs on SeaweedFS; Locus §3.4), and with
 ``--tier auto`` (the selector's choice over tier x algorithm x P). Printed per run: wall seconds,
 the exchange's stage walls (map [rounds, combiners] and reduce) and the stage model's prediction of
@@ -19,7 +20,10 @@ Profiles: shipped seaweedfs-loopback and redis-loopback; with ``--calibrate``, p
 on the spot (a quick calibration of the SeaweedFS bucket, ``croupier calibrate --store
 redis://...`` of the Redis server), which the runs' selector and the predictions both use.
 
-    python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--calibrate] [--json out.json]
+    python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--calibrate] [--repeat N] [--json out.json]
+
+``--repeat N`` runs every size's runs N times, round by round, and shows each tier's run of
+median wall time (auto's regret: its median over the best forced tier's median).
 
 ``--small`` runs 16 MB and 64 MB only (a quick check).
 """
@@ -159,6 +163,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--calibrate", action="store_true", help="fit both tiers' profiles here first (else the shipped ones)")
     parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 3-level plan on the slow tier, level 2 in the tasks' memory; 3level: the same family, every level in storage)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the runs per size (interleaved); the table shows each tier's median run")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in ("16MB,64MB" if args.small else args.sizes).split(",")]
     work = Path(tempfile.mkdtemp(prefix="croupier-tiers-"))
@@ -176,14 +181,45 @@ def main() -> None:
             for size in sizes:
                 root = f"s3://{BUCKET}/tiers-{size}"
                 gensort(f"{root}/in", size, max(args.concurrency, size // 64_000_000), base, seed=1)
-                for tier in args.tiers.split(","):
-                    row = run_one(root, size, tier, config, args.workers)
-                    predict_row(row, slow_profile, fast_profile, args.concurrency)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                for round_ in range(args.repeat):
+                    for tier in args.tiers.split(","):
+                        row = run_one(root, size, tier, config, args.workers)
+                        predict_row(row, slow_profile, fast_profile, args.concurrency)
+                        row["round"] = round_
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
                 open_store(root, base).delete_prefix()
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(rows, indent=1))
+    print_table(sizes, rows, args.repeat)
+
+
+def medians(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Per size and tier (a repeated tier of one round, e.g. both hybrid variants twice, kept
+    apart by its place in the round), the run of median wall time (the lower middle one of an
+    even count), with every run's wall time."""
+    groups: dict[tuple[object, object, int], list[dict[str, object]]] = {}
+    seen: dict[tuple[object, object, object], int] = {}  # runs of a tier so far in its round
+    for r in rows:
+        key = (r["size"], r.get("round"), r["tier"])
+        place = seen[key] = seen.get(key, -1) + 1
+        groups.setdefault((r["size"], r["tier"], place), []).append(r)
+    out = []
+    for runs in groups.values():
+        ordered = sorted(runs, key=lambda r: float(r["wall"]))  # type: ignore[arg-type]
+        middle = dict(ordered[(len(ordered) - 1) // 2])
+        middle["walls"] = [r["wall"] for r in runs]
+        out.append(middle)
+    return out
+
+
+def print_table(sizes: list[int], rows: list[dict[str, object]], repeat: int) -> None:
+    """The table: per size, each tier's (median) run, its model errors, and auto's regret."""
+    if repeat > 1:
+        print(f"\nmedian of {repeat} interleaved rounds per tier (walls of every round in the last column)")
+        rows = medians(rows)
     print(f"\n{'size':>9} {'tier':>18} {'used':>26} {'P':>3} {'wall s':>8} {'xchg s':>8} {'model s':>8} {'err':>6} {'io s':>8} {'T3 s':>8} {'err':>6}  regret")
     for size in sizes:
         mine = [r for r in rows if r["size"] == size]
@@ -193,12 +229,12 @@ def main() -> None:
             note = (f"  fell back: {r['fallback']}" if r["fallback"] else "") + (f"  {r['spills']} producer(s) spilled" if r["spills"] else "")
             if float(r.get("fast_share", 1.0)) < 1:  # type: ignore[arg-type]
                 note += f" (model: {1 - float(r['fast_share']):.0%} of {r['producers']} spill)"  # type: ignore[arg-type]
+            if repeat > 1:
+                note += f"  walls {r['walls']}"
             print(
                 f"{format_bytes(size):>9} {r['tier']:>18} {str(r['used']):>26} {r['workers']:>3} {r['wall']:>8} {r['exchange_seconds']:>8} {r['stage_model_seconds']:>8} {r['stage_model_error']:>6} "
                 f"{r['exchange_io_seconds']:>8} {r['predicted_exchange_seconds']:>8} {r['model_error']:>6}  {regret}{note}"
             )
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
