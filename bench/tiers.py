@@ -20,7 +20,7 @@ Profiles: shipped seaweedfs-loopback and redis-loopback; with ``--calibrate``, p
 on the spot (a quick calibration of the SeaweedFS bucket, ``croupier calibrate --store
 redis://...`` of the Redis server), which the runs' selector and the predictions both use.
 
-    python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--calibrate] [--repeat N] [--json out.json]
+    python bench/tiers.py [--sizes 256MB,512MB,1GB,2GB,4GB] [--small] [--workers P] [--calibrate [--full-calibration]] [--repeat N] [--json out.json]
 
 ``--repeat N`` runs every size's runs N times, round by round, and shows each tier's run of
 median wall time (auto's regret: its median over the best forced tier's median).
@@ -141,13 +141,14 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     row["stage_model_error"] = round(abs(staged - walls) / walls, 3)
 
 
-def calibrated(work: Path, config: Config, redis: RedisServer) -> tuple[StorageProfile, FastTierProfile]:
-    """Both tiers' profiles fitted on this machine now (saved as ``work``/slow.json, fast.json)."""
+def calibrated(work: Path, config: Config, redis: RedisServer, quick: bool = True) -> tuple[StorageProfile, FastTierProfile]:
+    """Both tiers' profiles fitted on this machine now (saved as ``work``/slow.json, fast.json);
+    ``quick``: the quick calibration a first run does (about 10 s), else the full one."""
     from croupier.jobs.calibrate import calibrate
     from croupier.jobs.calibrate_tier import calibrate_fast_tier
 
-    slow = calibrate(f"s3://{BUCKET}/calibration", config, quick=True, name="seaweedfs (bench/tiers.py)").profile
-    fast = calibrate_fast_tier(redis.url("calibration"), config, quick=True)
+    slow = calibrate(f"s3://{BUCKET}/calibration", config, quick=quick, name="seaweedfs (bench/tiers.py)").profile
+    fast = calibrate_fast_tier(redis.url("calibration"), config, quick=quick)
     slow.save(work / "slow.json")
     fast.save(work / "fast.json")
     print(f"calibrated: {slow.name}, {fast.name}", flush=True)
@@ -162,6 +163,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--calibrate", action="store_true", help="fit both tiers' profiles here first (else the shipped ones)")
+    parser.add_argument("--full-calibration", action="store_true", help="with --calibrate: the full calibration (about 90 s), not the quick one")
     parser.add_argument("--tiers", default="slow,fast,hybrid,levels,auto", help="which runs, in order (levels: a 3-level plan on the slow tier, level 2 in the tasks' memory; 3level: the same family, every level in storage)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the runs per size (interleaved); the table shows each tier's median run")
     args = parser.parse_args()
@@ -174,7 +176,7 @@ def main() -> None:
         redis.wait_ready()
         base = s3_config(Config(concurrency=args.concurrency, progress=False, calibration="off"), weed)
         if args.calibrate:
-            slow_profile, fast_profile = calibrated(work, base, redis)
+            slow_profile, fast_profile = calibrated(work, base, redis, quick=not args.full_calibration)
             base = base.with_(profile=str(work / "slow.json"))
         config = base.with_(fast_tier=redis.url("bench"), fast_profile=str(work / "fast.json") if args.calibrate else None)
         try:
@@ -184,6 +186,7 @@ def main() -> None:
                 for round_ in range(args.repeat):
                     for tier in args.tiers.split(","):
                         row = run_one(root, size, tier, config, args.workers)
+                        weed.vacuum()  # reclaim the deleted output's space now (else repeated rounds fill SeaweedFS' volumes)
                         predict_row(row, slow_profile, fast_profile, args.concurrency)
                         row["round"] = round_
                         rows.append(row)

@@ -108,9 +108,25 @@ def _config(ctx: click.Context) -> Config:
 
 def _emit(report: RunReport, report_path: str | None) -> None:
     click.echo(report.render())
+    for warning in fast_tier_warnings(report.summary):
+        click.echo(f"warning: {warning}", err=True)
     if report_path:
         report.write_json(report_path)
         click.echo(f"report written to {report_path}")
+
+
+def fast_tier_warnings(summary: dict[str, object]) -> list[str]:
+    """What went wrong with the fast tier in a run that still succeeded (the report has the
+    details): said on stderr too, so a user who forced the fast tier learns it was not used."""
+    out = []
+    fallback = summary.get("fast_tier_fallback")
+    if isinstance(fallback, dict):
+        out.append(f"{fallback.get('reason')}; the job ran again with every exchange on the slow tier")
+    spills = summary.get("fast_tier_spills")
+    if isinstance(spills, dict):
+        senders = sum(spills.get("senders", {}).values())
+        out.append(f"{senders} producer(s) could not write to the fast tier and wrote to the slow tier instead (first: {spills.get('first_error')})")
+    return out
 
 
 def _guard(fn: F) -> F:

@@ -211,8 +211,9 @@ class Config:
                          dies), "hybrid" (Locus' multi-round exchange: rounds of r bytes through
                          ``fast_tier``, runs on the slow tier; see croupier.exchange.hybrid),
                          or
-                         "auto" (the default: per exchange, the tier the model predicts best among
-                         those that fit, see croupier.model.tier)
+                         "auto" (the default: per exchange, the tier the model predicts best,
+                         the fast one also when only part of the exchange fits it and the rest
+                         spills, see croupier.model.tier)
     fast_profile:        the fast tier's profile for the tier model (a file from ``croupier calibrate
                          --store redis://...`` or a shipped name: redis-loopback, aws-elasticache,
                          s3-express); None: the shipped one for its kind
@@ -281,7 +282,8 @@ class Config:
             )
 
     def _check_tier(self) -> None:
-        """``tier`` must be known, and a forced fast tier needs ``fast_tier`` (checked before any work)."""
+        """``tier`` must be known, and a forced fast tier or hybrid variant needs ``fast_tier``
+        (checked before any work)."""
         if self.tier not in TIERS:
             raise ConfigError(f"tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
         if self.fast_tier is not None:
@@ -293,6 +295,8 @@ class Config:
             object.__setattr__(self, "fast_tier", str(location))
         elif self.tier in ("fast", "hybrid"):
             raise ConfigError(f"tier {self.tier!r} needs a fast tier: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...))")
+        elif self.pipelined is not None:
+            raise ConfigError("pipelined (--pipelined/--no-pipelined) picks how a hybrid exchange runs its rounds through a fast tier, and there is none: pass --fast-tier redis://host:port/prefix (Config(fast_tier=...)) or leave it out")
 
     def _check_forcing(self) -> None:
         """The forcing fields must name something that exists (checked before any work)."""

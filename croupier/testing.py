@@ -266,18 +266,47 @@ def serve_s3(bucket: str, folder: Path, out: Any = None) -> None:
             pass
 
 
+def serve_redis(maxmemory: int, folder: Path, out: Any = None) -> None:
+    """Run a Redis capped at ``maxmemory`` bytes until Ctrl-C or SIGTERM, after printing the
+    variable that makes it the fast tier of every run."""
+    out = out or sys.stdout
+    with RedisServer(folder, maxmemory=maxmemory) as server:
+        server.wait_ready()
+        lines = [
+            f"export CROUPIER_FAST_TIER={server.url('croupier')}",
+            f"# a local Redis is running as a fast tier of {maxmemory >> 20} MiB (noeviction: a full server refuses writes); try:",
+            "#   croupier gensort /tmp/in --size 200MB --parts 4 && croupier sort /tmp/in /tmp/out   (or --fast-tier URL, --tier auto|fast|hybrid)",
+            "# Ctrl-C stops it (its objects are gone with it).",
+        ]
+        print("\n".join(lines), file=out, flush=True)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            while server.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m croupier.testing s3 [--bucket demo] [--dir DIR]``."""
+    """``python -m croupier.testing s3 [--bucket demo] [--dir DIR]`` or ``... redis [--maxmemory 512MiB] [--dir DIR]``."""
+    from croupier.units import parse_size
+
     parser = argparse.ArgumentParser(prog="python -m croupier.testing", description="Local servers to try Croupier against.")
     commands = parser.add_subparsers(dest="command", required=True)
     s3 = commands.add_parser("s3", help="start a local SeaweedFS S3 server with a bucket and print the environment to export")
     s3.add_argument("--bucket", default="demo", help="bucket to create (default: demo)")
     s3.add_argument("--dir", default=None, help="where the server keeps its data (default: a new temporary folder)")
+    fast = commands.add_parser("redis", help="start a local Redis as a fast tier and print the environment to export")
+    fast.add_argument("--maxmemory", default="512MiB", help="the server's memory cap (default: 512MiB)")
+    fast.add_argument("--dir", default=None, help="the server's working folder (default: a new temporary folder)")
     args = parser.parse_args(argv)
+    if args.command == "redis":
+        serve_redis(parse_size(args.maxmemory), Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="croupier-redis-")))
+        return 0
     folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="croupier-s3-"))
     serve_s3(args.bucket, folder)
     return 0

@@ -84,3 +84,29 @@ def test_version() -> None:
 
     out = CliRunner().invoke(main, ["--version"])
     assert out.exit_code == 0 and out.output.strip() == f"croupier {croupier.__version__}"
+
+
+def test_a_forced_fast_tier_that_nobody_answers_is_said_on_stderr(tmp_path: Path) -> None:
+    """--tier fast with a Redis address where nothing listens: the run cannot open its fast-tier
+    prefix and runs again on the slow tier, the sort succeeds, and stderr says the fast tier was
+    not used and why."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inp, out = str(tmp_path / "in"), str(tmp_path / "out")
+    assert run("gensort", inp, "--size", "200kB", "--parts", "2")[0] == 0
+    result = CliRunner().invoke(main, ["--concurrency", "2", "--no-progress", "--fast-tier", f"redis://127.0.0.1:{port}/x", "--tier", "fast", "sort", inp, out], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"warning: the fast tier redis://127.0.0.1:{port}/0/x failed" in result.stderr and "nothing answers at that address" in result.stderr, result.stderr
+    assert "the job ran again with every exchange on the slow tier" in result.stderr, result.stderr
+    assert "warning:" not in result.stdout
+
+
+def test_fast_tier_spills_are_warned_about_with_their_count_and_first_error() -> None:
+    from croupier.cli import fast_tier_warnings
+
+    assert fast_tier_warnings({"records": 3}) == []
+    (warning,) = fast_tier_warnings({"fast_tier_spills": {"senders": {"map": 3, "s1": 2}, "first_error": "StoreFullError: Redis is full"}})
+    assert warning == "5 producer(s) could not write to the fast tier and wrote to the slow tier instead (first: StoreFullError: Redis is full)"

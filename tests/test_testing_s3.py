@@ -74,3 +74,40 @@ def test_vacuum_reclaims_deleted_objects_and_a_bad_bucket_name_fails_fast(tmp_pa
             server.wait_ready("b", timeout=30)
     finally:
         server.stop()
+
+
+@pytest.mark.redis
+def test_the_one_liner_starts_a_redis_fast_tier_that_the_cli_uses(tmp_path: Path) -> None:
+    """``python -m croupier.testing redis`` prints the variable to export; a CLI sort with it and
+    ``--tier fast`` puts its exchange there, and Ctrl-C stops the server."""
+    import json
+
+    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", "redis", "--maxmemory", "64MiB", "--dir", str(tmp_path / "redis")], stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    try:
+        env = dict(os.environ)
+        deadline = time.time() + 60
+        line = ""
+        while time.time() < deadline and "Ctrl-C" not in line:
+            line = server.stdout.readline()  # type: ignore[union-attr]
+            if line.startswith("export CROUPIER_FAST_TIER="):
+                env["CROUPIER_FAST_TIER"] = line.strip().split("=", 1)[1]
+            if not line and server.poll() is not None:
+                break
+        assert env.get("CROUPIER_FAST_TIER", "").startswith("redis://127.0.0.1:"), line
+        env.update(CROUPIER_CALIBRATION="off")
+        cli = [sys.executable, "-m", "croupier.cli", "--no-progress", "--concurrency", "2"]
+        gen = subprocess.run([*cli, "gensort", str(tmp_path / "in"), "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
+        assert gen.returncode == 0, gen.stderr
+        run = subprocess.run([*cli, "--tier", "fast", "sort", str(tmp_path / "in"), str(tmp_path / "out"), "--report", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        report = json.loads((tmp_path / "r.json").read_text())
+        (entry,) = report["exchanges"]
+        assert entry["tier"] == "fast" and entry["tier_why"] == "tier forced: fast", entry
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
+    assert server.returncode == 0

@@ -179,7 +179,6 @@ def test_a_fast_tier_holding_part_of_an_exchange_prices_the_rest_on_the_slow_tie
     assert any(n.startswith("fast-tier write") and v > 0 for n, v in producers.items()) and any(n.startswith("write") and v > 0 for n, v in producers.items()), producers
     consumers = {t.name for t in half.stages[-1].terms}
     assert any(n.startswith("fast-tier read") for n in consumers) and any(n.startswith("read") for n in consumers), consumers
-    assert half.requests == on_fast.requests  # the same requests, half of them on each tier
     two = ExchangePlan(Topology.parse("4x2"), True, 16)
     spilled = predict_on_tier(two, int(1e9), slow, fast, "fast", 2, fast_share=0.5)
     level2 = spilled.stages[1]  # reads level 1 (half on each tier), writes level 2 on the slow tier

@@ -121,6 +121,8 @@ def test_group_by_through_the_fast_tier_equals_the_slow_tier(tmp_path: Path, red
 def test_tier_options_are_checked_before_any_work() -> None:
     with pytest.raises(ConfigError, match="needs a fast tier"):
         Config(tier="fast")
+    with pytest.raises(ConfigError, match="there is none: pass --fast-tier"):
+        Config(pipelined=False)
     with pytest.raises(ConfigError, match="must be a Redis store"):
         Config(fast_tier="/tmp/x", tier="fast")
     with pytest.raises(ConfigError, match="tier must be one of"):

@@ -329,10 +329,11 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
 
 def test_auto_takes_a_fast_tier_that_holds_most_of_the_exchange_and_spills_the_rest(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
     """The request-bound slow store, 6 MiB of Redis, a 4 MB sort whose plan (3-level with level 2
-    in memory, TeraSort's, fixed before it runs) is the one priced: three quarters of its
-    producers' objects fit Redis, so auto takes the fast tier with the rest spilling, over the
-    hybrid and the slow tier. Level 3 goes to the slow tier (Redis was not expected to hold it), so
-    the run needs no re-run on the slow tier; the sort is valid and nothing is left behind."""
+    in memory, TeraSort's, fixed before it runs) is the one priced: the model expects three
+    quarters of its producers' objects to fit Redis, so auto takes the fast tier with the rest
+    spilling, over the hybrid and the slow tier. Level 3 goes to the slow tier (Redis was not
+    expected to hold it; how many producers really spill depends on Redis' own overheads), so the
+    run needs no re-run on the slow tier; the sort is valid and nothing is left behind."""
     from dataclasses import replace
 
     from croupier.model.profile import Curve
@@ -486,6 +487,36 @@ def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, smal
     plans = [e["plan"] for e in report.exchanges]
     joined = [e for e in report.exchanges if e["consumer"] == next(x["consumer"] for x in report.exchanges if x["producer"].startswith("s0") and x["plan"].startswith("hybrid"))]
     assert len(joined) == 2 and all(e["plan"].startswith("hybrid") for e in joined) and joined[0]["workers"] == joined[1]["workers"], plans
+    assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
+
+
+def test_an_auto_join_whose_build_side_goes_hybrid_gives_the_same_answer(tmp_path: Path, small_redis: RedisServer) -> None:
+    """Auto on a request-bound slow store: the join's build side goes through the hybrid (its plan,
+    bound early, fixes P for the probe side too); the probe side's tier is still the search's to
+    choose (a hybrid plan is not one it can price as fixed), and the answer is the slow tier's."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
+    rng = np.random.default_rng(10)
+    n = 1_200_000  # 19 MB through each exchange: more than the 6 MiB Redis holds, in rounds of whole producers
+    left = pl.DataFrame({"k": rng.integers(0, n, n).astype(np.int64), "x": rng.integers(0, 100, n)})
+    right = pl.DataFrame({"k": rng.permutation(n).astype(np.int64), "y": rng.integers(0, 100, n)})
+    for name, table in (("left", left), ("right", right)):
+        write_parts(table, tmp_path / name, n // 16)
+    slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3, broadcast_limit=0)  # a partition-wise join
+    auto = slow.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"))
+    got = {}
+    for name, config in (("slow", slow), ("auto", auto)):
+        frame = cf.scan_parquet(str(tmp_path / "left")).join(cf.scan_parquet(str(tmp_path / "right")), on="k").group_by("y").agg(col("x").sum().alias("sx")).sort("y")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+    assert got["auto"].equals(got["slow"])
+    assert "fast_tier_fallback" not in report.summary, report.summary
+    plans = {e["producer"]: e["plan"] for e in report.exchanges}
+    assert next(p for s, p in plans.items() if s.endswith("-build")).startswith("hybrid"), plans
     assert fast_objects(small_redis.url()) == [] and leftover_tmp((tmp_path / "tmp").as_uri(), slow) == []
 
 

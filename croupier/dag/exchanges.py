@@ -110,7 +110,7 @@ class Exchanges:
         producer = bound.producer
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        return ExchangeRead(bound.url or self.slow_url(bound), tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        return ExchangeRead(bound.url or self.producers_url(bound), tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
 
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)
@@ -221,7 +221,7 @@ class Exchanges:
                 slots[w] = written[i] if grouped else written
         return {id(b): (fresh[id(b)], stores[id(b)]) for b in bounds}
 
-    def slow_url(self, b: Bound) -> str:
+    def producers_url(self, b: Bound) -> str:
         """Where ``b``'s producers wrote level 1 (those that did not spill): their store, or the
         run's temporaries."""
         return b.producer.url or self.tmp_url
@@ -231,11 +231,11 @@ class Exchanges:
         fast tier was not expected to hold it whole, or some producers spilled to the slow tier
         (the fast tier was full): then the slow tier too."""
         spilling = self.tiers is not None and b.producer.stage.name in self.tiers.spilling
-        return self.tmp_url if spilling or b.producer.fell_back else self.slow_url(b)
+        return self.tmp_url if spilling or b.producer.fell_back else self.producers_url(b)
 
     def sender_urls(self, b: Bound, level: int) -> list[str]:
         """Per sender of ``level`` (the last one written): the store it wrote to."""
-        before = b.url or self.slow_url(b)
+        before = b.url or self.producers_url(b)
         senders = b.decision.plan.level_senders(level)
         return [(b.urls[s] if s < len(b.urls) else "") or before for s in range(senders)]
 
@@ -431,10 +431,12 @@ class Exchanges:
         sink = stage.sink
         sized = self.config.tier in ("auto", "hybrid") and self.config.fast_tier is not None
         estimate = self.input_bytes(stage, inputs, out) if sized else None
-        eager = isinstance(sink, ExchangeSink) and sink.eager  # eager consumers read before a spilled producer could say where it wrote
-        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not eager
-        fixed = sink.plan if isinstance(sink, ExchangeSink) else None  # TeraSort's: P and the splitters chosen before
-        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned, early_kinds(stage, self.format_of) if sized else None, not eager, fixed)
+        spills = isinstance(sink, ExchangeSink) and sink.spills
+        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not sink.eager
+        # a plan fixed before the stage runs (TeraSort's, a range sort's, a join probe side's): the one
+        # priced; not a hybrid's (a probe side of a hybrid build): its tier is this search's to choose
+        fixed = sink.plan if isinstance(sink, ExchangeSink) and not isinstance(sink.plan, HybridPlan) else None
+        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned, early_kinds(stage, self.format_of) if sized else None, spills, fixed)
         tier, why = self.tiers.chosen[stage.name]
         if self.config.fast_tier is not None:
             out.notes.append(f"exchange objects on the {tier} tier ({why})")

@@ -288,7 +288,7 @@ class DagRunner:
         # tier; nor in a pipelined hybrid's round, whose combiners read beside its producers: the
         # round runs again through the slow tier)
         pipelined = isinstance(out.plan, HybridPlan) and out.plan.pipelined
-        fallback = self.tmp_url if url != self.tmp_url and not _eager(stage) and not pipelined else ""
+        fallback = self.tmp_url if url != self.tmp_url and isinstance(sink, ExchangeSink) and sink.spills and not pipelined else ""
         inline = INLINE_RESULT_BYTES // max(1, out.tasks) if sink.to_driver and not sink.sample_by else 0
         return ExchangeWrite(url, out.prefix, out.plan, index, sink.partitioning, fmt, sink.sample_by, sink.sample_rows, f"x:{stage.name}", fallback, inline)
 

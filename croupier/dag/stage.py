@@ -107,6 +107,12 @@ class ExchangeSink:
     sample_rows: int = 0
     to_driver: bool = False
 
+    @property
+    def spills(self) -> bool:
+        """Whether a producer the fast tier refuses may write its objects to the slow tier
+        instead: not with eager consumers, which read before it could say where it wrote."""
+        return not self.eager
+
 
 @dataclass(frozen=True)
 class OutputSink:

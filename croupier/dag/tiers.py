@@ -16,7 +16,9 @@ The choice is made per exchange, before its producers write (``Config.tier``: "s
 round (producers per round, r, pipelined or not) in :attr:`Tiers.rounds`; the exchanges build the
 :class:`~croupier.exchange.hybrid.HybridPlan` from it and run the rounds. Every reader of the
 exchange (levels 2..k, the consumers, the driver) reads where its producers wrote
-(``StageOutput.url``; a hybrid's consumers read the slow tier). The fast prefix is a temporary of
+(``StageOutput.url``; a hybrid's consumers read the slow tier). An exchange the fast tier was not
+expected to hold whole (the selector's "fast" candidate with a share of its producers spilling,
+:attr:`Tiers.spilling`), or whose producers spilled, writes its levels 2..k to the slow tier. The fast prefix is a temporary of
 the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the

@@ -469,7 +469,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     fast_requests = sum(on_fast.values())
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
     held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
-    usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes, fast_requests, draft.seconds, held)
+    usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes * fast_share, fast_requests, draft.seconds, held)
     if tier == "hybrid" and plan.pipelined and not producers_done and stages:
         usd += _waiting_combiners(plan, stages[0].seconds, slow, concurrency)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier, fast_share)
@@ -509,8 +509,8 @@ class TierOptions:
 
 
 def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
-    """The fast-tier prediction of every plan (if the exchange fits; else, for one-level plans,
-    with the producers that do not fit spilling to the slow tier) and, per P, the hybrid with
+    """The fast-tier prediction of every plan (if the exchange fits; else with the producers that
+    do not fit spilling to the slow tier, and levels 2..k there) and, per P, the hybrid with
     rounds r of the fast tier's usable memory in whole producers, of half and of a quarter of it
     (the fast-tier capacity to use: a smaller r holds less memory, priced per GB-hour, in more
     rounds; Locus §3.4), each pipelined and not, whenever that makes 2 rounds or more."""

@@ -413,21 +413,22 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
             mark = "*" if c is decision.choice.best else " "
             lines.append(f"  {mark} {c.plan.name:<18} P={c.workers:<4} {c.seconds:8.3f} s ({c.low:.3f}-{c.high:.3f})  dominant: {d.name} ({d.why})")
         if compiler.config.fast_tier is not None and compiler.config.tier != "slow":  # the tier candidates (model/tier.py)
-            lines += tier_preview(binder, compiler.config, nbytes, senders, early_kinds(stage, format_of), eager=sink.eager)
+            lines += tier_preview(binder, compiler.config, nbytes, senders, early_kinds(stage, format_of), sink)
     return lines
 
 
-def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: Any = None, eager: bool = False) -> list[str]:
+def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: Any = None, sink: ExchangeSink | None = None) -> list[str]:
     """Explain lines of the tier choice: the selector over tier x algorithm x P (slow, fast and
-    hybrid candidates side by side, each with its dominant term) and the tier it picks; with
-    ``eager`` consumers, as the runner searches it (no hybrid, no producer spilling)."""
+    hybrid candidates side by side, each with its dominant term) and the tier it picks, as the
+    runner searches it for ``sink`` (eager consumers: no hybrid, and no producer spilling)."""
     from croupier.model.tier import TierOptions, fast_profile_for, from_selection
 
     if config.tier in ("fast", "hybrid"):
         variant = "" if config.tier == "fast" else ", pipelined" if config.pipelined else ", not pipelined" if config.pipelined is False else ", pipelined or not as the model prefers when it binds"
         return [f"    tier: {config.tier} (tier forced: {config.tier}{variant})"]
+    eager = sink is not None and sink.eager
     allowed = ("slow", "fast") if eager else ("slow", "fast", "hybrid")
-    options = TierOptions(fast_profile_for(config), None, allowed, config.concurrency, config.pipelined, spill=not eager)
+    options = TierOptions(fast_profile_for(config), None, allowed, config.concurrency, config.pipelined, spill=sink is None or sink.spills)
     choice = binder.tiered(nbytes, senders, None, options, phases)  # as the runner's exchanges do (dag/tiers.py)
     picked = from_selection(choice, options)
     lines = [f"    tier: {picked.label} ({picked.why})"]
