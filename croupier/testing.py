@@ -257,13 +257,7 @@ def serve_s3(bucket: str, folder: Path, out: Any = None) -> None:
             f"#   croupier gensort s3://{bucket}/in --size 100MB --parts 4 && croupier sort s3://{bucket}/in s3://{bucket}/out",
             "# Ctrl-C stops it.",
         ]
-        print("\n".join(lines), file=out, flush=True)
-        signal.signal(signal.SIGTERM, _interrupt)
-        try:
-            while server.process.poll() is None:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
+        _serve(server.process, lines, out)
 
 
 def serve_redis(maxmemory: int, folder: Path, out: Any = None) -> None:
@@ -278,13 +272,19 @@ def serve_redis(maxmemory: int, folder: Path, out: Any = None) -> None:
             "#   croupier gensort /tmp/in --size 200MB --parts 4 && croupier sort /tmp/in /tmp/out   (or --fast-tier URL, --tier auto|fast|hybrid)",
             "# Ctrl-C stops it (its objects are gone with it).",
         ]
-        print("\n".join(lines), file=out, flush=True)
-        signal.signal(signal.SIGTERM, _interrupt)
-        try:
-            while server.process.poll() is None:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
+        _serve(server.process, lines, out)
+
+
+def _serve(process: subprocess.Popen[bytes], lines: list[str], out: Any) -> None:
+    """Print ``lines`` (what to export, what to try), then wait until the server exits or Ctrl-C
+    or SIGTERM arrives (the caller's ``with`` block then stops it)."""
+    print("\n".join(lines), file=out, flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
 
 
 def _interrupt(signum: int, frame: Any) -> None:

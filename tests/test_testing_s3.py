@@ -18,19 +18,37 @@ from croupier.testing import SeaweedFS
 from .conftest import sigint_default
 
 
-def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
-    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", "s3", "--bucket", "demo", "--dir", str(tmp_path / "s3")], stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+def _one_liner(*args: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Start ``python -m croupier.testing *args``; return it and the environment with the
+    variables its ``export NAME=value`` lines set (read until it says how to stop it, within 60 s)."""
+    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", *args], stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    env = dict(os.environ)
+    deadline = time.time() + 60
+    line = ""
+    while time.time() < deadline and "Ctrl-C" not in line:
+        line = server.stdout.readline()  # type: ignore[union-attr]
+        if line.startswith("export ") and "=" in line and " " not in line.strip().split("=", 1)[1]:
+            name, value = line.strip().removeprefix("export ").split("=", 1)
+            env[name] = value
+        if not line and server.poll() is not None:
+            break
+    return server, env
+
+
+def _stop(server: subprocess.Popen[str]) -> None:
+    """Ctrl-C, as a user stops it; it must exit within 20 s."""
+    server.send_signal(signal.SIGINT)
     try:
-        env = dict(os.environ)
-        deadline = time.time() + 60
-        line = ""
-        while time.time() < deadline and "Ctrl-C" not in line:
-            line = server.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith("export AWS_ENDPOINT_URL="):
-                env["AWS_ENDPOINT_URL"] = line.strip().split("=", 1)[1]
-            if not line and server.poll() is not None:
-                break
-        assert "AWS_ENDPOINT_URL" in env and env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:"), line
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        raise
+
+
+def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
+    server, env = _one_liner("s3", "--bucket", "demo", "--dir", str(tmp_path / "s3"))
+    try:
+        assert env.get("AWS_ENDPOINT_URL", "").startswith("http://127.0.0.1:"), env.get("AWS_ENDPOINT_URL")
         env.update(AWS_ACCESS_KEY_ID="any", AWS_SECRET_ACCESS_KEY="any", CROUPIER_CALIBRATION="off")
         cli = [sys.executable, "-m", "croupier.cli", "--no-progress", "--concurrency", "2"]
         gen = subprocess.run([*cli, "gensort", "s3://demo/in", "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
@@ -40,12 +58,7 @@ def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
         again = subprocess.run([*cli, "gensort", "s3://demo/in", "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode != 0 and "already holds an output" in again.stderr  # the CLI sees what it wrote
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            raise
+        _stop(server)
     assert server.returncode == 0
 
 
@@ -82,18 +95,9 @@ def test_the_one_liner_starts_a_redis_fast_tier_that_the_cli_uses(tmp_path: Path
     ``--tier fast`` puts its exchange there, and Ctrl-C stops the server."""
     import json
 
-    server = subprocess.Popen([sys.executable, "-m", "croupier.testing", "redis", "--maxmemory", "64MiB", "--dir", str(tmp_path / "redis")], stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    server, env = _one_liner("redis", "--maxmemory", "64MiB", "--dir", str(tmp_path / "redis"))
     try:
-        env = dict(os.environ)
-        deadline = time.time() + 60
-        line = ""
-        while time.time() < deadline and "Ctrl-C" not in line:
-            line = server.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith("export CROUPIER_FAST_TIER="):
-                env["CROUPIER_FAST_TIER"] = line.strip().split("=", 1)[1]
-            if not line and server.poll() is not None:
-                break
-        assert env.get("CROUPIER_FAST_TIER", "").startswith("redis://127.0.0.1:"), line
+        assert env.get("CROUPIER_FAST_TIER", "").startswith("redis://127.0.0.1:"), env.get("CROUPIER_FAST_TIER")
         env.update(CROUPIER_CALIBRATION="off")
         cli = [sys.executable, "-m", "croupier.cli", "--no-progress", "--concurrency", "2"]
         gen = subprocess.run([*cli, "gensort", str(tmp_path / "in"), "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
@@ -104,10 +108,5 @@ def test_the_one_liner_starts_a_redis_fast_tier_that_the_cli_uses(tmp_path: Path
         (entry,) = report["exchanges"]
         assert entry["tier"] == "fast" and entry["tier_why"] == "tier forced: fast", entry
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            raise
+        _stop(server)
     assert server.returncode == 0

@@ -5,7 +5,7 @@ tier, with each tier's requests equal to the plan's formula and nothing left on 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import polars as pl
@@ -121,6 +121,29 @@ def small_redis(tmp_path: Path) -> Iterator[RedisServer]:
     with RedisServer(tmp_path / "redis", maxmemory=6 << 20) as server:
         server.wait_ready()
         yield server
+
+
+def starved_profile(tmp_path: Path) -> str:
+    """The local store's profile, but request-bound at 5 requests/s (a throttled slow store, where
+    few slow requests win), saved in ``tmp_path``; its path."""
+    from dataclasses import replace
+
+    from croupier.model.profile import Curve
+
+    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
+    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
+    return str(tmp_path / "starved.json")
+
+
+def join_on_both(tmp_path: Path, configs: dict[str, Config]) -> tuple[dict[str, pl.DataFrame], Any]:
+    """The partition-wise join of ``tmp_path``/left and /right, grouped by y, under each config;
+    the results by name and the last run's report."""
+    got = {}
+    for name, config in configs.items():
+        frame = cf.scan_parquet(str(tmp_path / "left")).join(cf.scan_parquet(str(tmp_path / "right")), on="k").group_by("y").agg(col("x").sum().alias("sx")).sort("y")
+        got[name] = frame.collect(config=config)
+        report = frame.last_run.report
+    return got, report
 
 
 def tier_requests(report, stage: str) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
@@ -308,13 +331,8 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
     of 16 producers of which about half fit Redis: auto's search over tier x algorithm x P picks
     the hybrid (2 rounds: 64 slow requests) over the fast tier with the other half spilling
     (about 8 x 17 slow requests); the sort is valid and leaves nothing behind."""
-    from dataclasses import replace
-
-    from croupier.model.profile import Curve
-
-    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
-    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
-    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"), workers=16, algorithm="direct+wc")
+    starved = starved_profile(tmp_path)
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("a"), profile=starved, workers=16, algorithm="direct+wc")
     gensort((tmp_path / "in").as_uri(), 6_000_000, parts=16, config=FAULT_CONFIG, executor=executor, seed=22)
     report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
     (entry,) = report.exchanges
@@ -334,13 +352,8 @@ def test_auto_takes_a_fast_tier_that_holds_most_of_the_exchange_and_spills_the_r
     spilling, over the hybrid and the slow tier. Level 3 goes to the slow tier (Redis was not
     expected to hold it; how many producers really spill depends on Redis' own overheads), so the
     run needs no re-run on the slow tier; the sort is valid and nothing is left behind."""
-    from dataclasses import replace
-
-    from croupier.model.profile import Curve
-
-    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
-    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
-    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("s"), profile=str(tmp_path / "starved.json"), workers=8)
+    starved = starved_profile(tmp_path)
+    config = FAULT_CONFIG.with_(fast_tier=small_redis.url("s"), profile=starved, workers=8)
     gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=23)
     report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
     (entry,) = report.exchanges
@@ -478,11 +491,7 @@ def test_a_join_with_both_sides_hybrid_equals_the_slow_tier(tmp_path: Path, smal
         write_parts(table, tmp_path / name, len(table) // parts)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3, broadcast_limit=0)  # a partition-wise join
     hybrid = slow.with_(fast_tier=small_redis.url("j"), tier="hybrid")
-    got = {}
-    for name, config in (("slow", slow), ("hybrid", hybrid)):
-        frame = cf.scan_parquet(str(tmp_path / "left")).join(cf.scan_parquet(str(tmp_path / "right")), on="k").group_by("y").agg(col("x").sum().alias("sx")).sort("y")
-        got[name] = frame.collect(config=config)
-        report = frame.last_run.report
+    got, report = join_on_both(tmp_path, {"slow": slow, "hybrid": hybrid})
     assert got["hybrid"].equals(got["slow"])
     plans = [e["plan"] for e in report.exchanges]
     joined = [e for e in report.exchanges if e["consumer"] == next(x["consumer"] for x in report.exchanges if x["producer"].startswith("s0") and x["plan"].startswith("hybrid"))]
@@ -494,12 +503,7 @@ def test_an_auto_join_whose_build_side_goes_hybrid_gives_the_same_answer(tmp_pat
     """Auto on a request-bound slow store: the join's build side goes through the hybrid (its plan,
     bound early, fixes P for the probe side too); the probe side's tier is still the search's to
     choose (a hybrid plan is not one it can price as fixed), and the answer is the slow tier's."""
-    from dataclasses import replace
-
-    from croupier.model.profile import Curve
-
-    crawl = Curve((1.0, 1e12), (5.0, 5.0), (5.0, 5.0))
-    replace(StorageProfile.load("local"), read=crawl, write=crawl).save(tmp_path / "starved.json")
+    starved = starved_profile(tmp_path)
     rng = np.random.default_rng(10)
     n = 1_200_000  # 19 MB through each exchange: more than the 6 MiB Redis holds, in rounds of whole producers
     left = pl.DataFrame({"k": rng.integers(0, n, n).astype(np.int64), "x": rng.integers(0, 100, n)})
@@ -507,12 +511,8 @@ def test_an_auto_join_whose_build_side_goes_hybrid_gives_the_same_answer(tmp_pat
     for name, table in (("left", left), ("right", right)):
         write_parts(table, tmp_path / name, n // 16)
     slow = FAULT_CONFIG.with_(tmp_url=(tmp_path / "tmp").as_uri(), workers=3, broadcast_limit=0)  # a partition-wise join
-    auto = slow.with_(fast_tier=small_redis.url("a"), profile=str(tmp_path / "starved.json"))
-    got = {}
-    for name, config in (("slow", slow), ("auto", auto)):
-        frame = cf.scan_parquet(str(tmp_path / "left")).join(cf.scan_parquet(str(tmp_path / "right")), on="k").group_by("y").agg(col("x").sum().alias("sx")).sort("y")
-        got[name] = frame.collect(config=config)
-        report = frame.last_run.report
+    auto = slow.with_(fast_tier=small_redis.url("a"), profile=starved)
+    got, report = join_on_both(tmp_path, {"slow": slow, "auto": auto})
     assert got["auto"].equals(got["slow"])
     assert "fast_tier_fallback" not in report.summary, report.summary
     plans = {e["producer"]: e["plan"] for e in report.exchanges}
