@@ -431,12 +431,11 @@ class Exchanges:
         sink = stage.sink
         sized = self.config.tier in ("auto", "hybrid") and self.config.fast_tier is not None
         estimate = self.input_bytes(stage, inputs, out) if sized else None
-        spills = isinstance(sink, ExchangeSink) and sink.spills
-        partitioned = isinstance(sink, ExchangeSink) and not isinstance(sink.partitioning, SinglePartitioning) and not sink.eager
+        assert isinstance(sink, ExchangeSink)
         # a plan fixed before the stage runs (TeraSort's, a range sort's, a join probe side's): the one
         # priced; not a hybrid's (a probe side of a hybrid build): its tier is this search's to choose
-        fixed = sink.plan if isinstance(sink, ExchangeSink) and not isinstance(sink.plan, HybridPlan) else None
-        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), partitioned, early_kinds(stage, self.format_of) if sized else None, spills, fixed)
+        fixed = sink.plan if not isinstance(sink.plan, HybridPlan) else None
+        out.url = self.tiers.url_for(stage.name, estimate, max(1, out.tasks), sink.in_rounds, early_kinds(stage, self.format_of) if sized else None, sink.spills, fixed)
         tier, why = self.tiers.chosen[stage.name]
         if self.config.fast_tier is not None:
             out.notes.append(f"exchange objects on the {tier} tier ({why})")

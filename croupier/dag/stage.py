@@ -108,6 +108,12 @@ class ExchangeSink:
     to_driver: bool = False
 
     @property
+    def in_rounds(self) -> bool:
+        """Whether the exchange may run as the hybrid's rounds (croupier.exchange.hybrid): a
+        partitioned one whose consumers are not eager (they would read before the rounds end)."""
+        return not isinstance(self.partitioning, SinglePartitioning) and not self.eager
+
+    @property
     def spills(self) -> bool:
         """Whether a producer the fast tier refuses may write its objects to the slow tier
         instead: not with eager consumers, which read before it could say where it wrote."""

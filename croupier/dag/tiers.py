@@ -18,8 +18,9 @@ round (producers per round, r, pipelined or not) in :attr:`Tiers.rounds`; the ex
 exchange (levels 2..k, the consumers, the driver) reads where its producers wrote
 (``StageOutput.url``; a hybrid's consumers read the slow tier). An exchange the fast tier was not
 expected to hold whole (the selector's "fast" candidate with a share of its producers spilling,
-:attr:`Tiers.spilling`), or whose producers spilled, writes its levels 2..k to the slow tier. The fast prefix is a temporary of
-the run like the slow one: :meth:`croupier.dag.run.Run.finish` deletes it.
+:attr:`Tiers.spilling`), or whose producers spilled, writes its levels 2..k to the slow tier. The
+fast prefix is a temporary of the run like the slow one: :meth:`croupier.dag.run.Run.finish`
+deletes it.
 
 Faults: a producer whose writes the fast tier refuses (full, or dead) writes its objects to the
 slow tier instead, and its readers read them there (``StageOutput.where``; the report's
@@ -44,7 +45,7 @@ from croupier.storage.location import parse_location
 
 if TYPE_CHECKING:
     from croupier.dag.run import Run
-    from croupier.model.tier import TierChoice
+    from croupier.model.tier import TierChoice, TierOptions
 
 
 class Tiers:
@@ -73,15 +74,15 @@ class Tiers:
         self.select: Callable[[int, int, Any, Any, Any], Any] | None = None
         self._lock = threading.Lock()
 
-    def url_for(self, stage: str, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None, spills: bool = True, plan: Any = None) -> str:
+    def url_for(self, stage: str, estimate: int | None, senders: int = 1, in_rounds: bool = False, phases: Any = None, spills: bool = True, plan: Any = None) -> str:
         """Where the exchange written by ``stage`` (``senders`` producers) puts its level-1 objects
-        (``estimate``: its input bytes, if known; ``partitioned``: a partitioned exchange, the only
-        kind the hybrid serves; ``phases``: the exchange's phase kinds, for the selector;
-        ``spills``: its producers may write to the slow tier when the fast one is full, so it may
-        go there even if it does not fit whole; ``plan``: its plan when fixed before it runs, the
+        (``estimate``: its input bytes, if known; ``in_rounds``: it may run as the hybrid's
+        rounds, :attr:`croupier.dag.stage.ExchangeSink.in_rounds`; ``phases``: the exchange's
+        phase kinds, for the selector; ``spills``: its producers may write to the slow tier when
+        the fast one is full, so it may go there even if it does not fit whole; ``plan``: its plan when fixed before it runs, the
         only one the search then prices). A hybrid exchange's producers write to the fast tier
         too; its round is in :attr:`rounds`."""
-        choice = self.choose(estimate, senders, partitioned, phases, spills, plan)
+        choice = self.choose(estimate, senders, in_rounds, phases, spills, plan)
         with self._lock:
             self.chosen[stage] = (choice.label, choice.why)
             if choice.tier == "hybrid":
@@ -99,7 +100,7 @@ class Tiers:
             self.fast_url = str(self.run.open_tmp(self.config.fast_tier, explicit=True, volatile=True))
         return self.fast_url
 
-    def choose(self, estimate: int | None, senders: int = 1, partitioned: bool = False, phases: Any = None, spills: bool = True, plan: Any = None) -> TierChoice:
+    def choose(self, estimate: int | None, senders: int = 1, in_rounds: bool = False, phases: Any = None, spills: bool = True, plan: Any = None) -> TierChoice:
         """The tier for an exchange of ``estimate`` bytes from ``senders`` producers. The selector
         takes ``estimate`` as the exchange's data D, as an early binding does, and sizes what the
         fast tier must hold by the bytes the producers' codec stores per byte of D
@@ -109,7 +110,7 @@ class Tiers:
         config = self.config
         if config.fast_tier is None or config.tier == "slow":
             return TierChoice("slow", "no fast tier" if config.fast_tier is None else "tier forced: slow")
-        if config.tier == "fast" or (config.tier == "hybrid" and not partitioned):
+        if config.tier == "fast" or (config.tier == "hybrid" and not in_rounds):
             return TierChoice("fast", "tier forced: fast" if config.tier == "fast" else "tier forced: hybrid; not a partitioned exchange: fast")
         try:
             free = self._free()
@@ -117,19 +118,29 @@ class Tiers:
             return TierChoice("slow", f"the fast tier is unreachable: {_first_line(str(exc))}")
         if config.tier == "hybrid":
             return forced_hybrid(estimate, config, senders, self.slow_url, free, phases)
-        allowed = ("slow", "fast", "hybrid") if partitioned else ("slow", "fast")
+        options = search_options(config, free, in_rounds, spills)
         if self.select is not None and estimate is not None:  # the selector's tier x algorithm x P search
-            from croupier.model.tier import TierOptions, fast_profile_for, from_selection
+            from croupier.model.tier import from_selection
 
-            options = TierOptions(fast_profile_for(config), free, allowed, config.concurrency, config.pipelined, spills)
             return from_selection(self.select(estimate, senders, options, phases, plan), options)
-        return choose(estimate, config, self.slow_url, free, senders, allowed)  # Locus Table 3 alone
+        return choose(estimate, config, self.slow_url, free, senders, options.allowed)  # Locus Table 3 alone
 
     def _free(self) -> int | None:
         """Bytes the fast tier has free now (None: no limit, or not a store that says)."""
         assert self.config.fast_tier is not None
         free = getattr(self.run.store(self.config.fast_tier).backend, "free_memory", None)
         return free() if free is not None else None
+
+
+def search_options(config: Config, free: float | None, in_rounds: bool, spills: bool) -> TierOptions:
+    """What the tier search may choose for one exchange: the hybrid only when it ``in_rounds``
+    (:attr:`croupier.dag.stage.ExchangeSink.in_rounds`), the fast tier with producers spilling
+    only when they may (``spills``); the fast tier's profile with ``free`` bytes free now. The
+    runner (:meth:`Tiers.choose`) and explain (croupier.plan.compile.tier_preview) both ask here."""
+    from croupier.model.tier import TierOptions, fast_profile_for
+
+    allowed = ("slow", "fast", "hybrid") if in_rounds else ("slow", "fast")
+    return TierOptions(fast_profile_for(config), free, allowed, config.concurrency, config.pipelined, spills)
 
 
 def fast_tier_failure(exc: BaseException, config: Config) -> str | None:

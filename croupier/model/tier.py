@@ -417,11 +417,11 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         raise ValueError(f"fast_share must be in (0, 1], and below 1 only on the fast tier; got {fast_share} on {tier!r}")
     if tier == "slow" or fast is None:
         return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
-    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases))
-    stages = []
     def fast_level(level: int) -> bool:  # a spilled exchange's levels 2..k go to the slow tier (croupier.dag.exchanges)
         return level_tier(plan, level, tier) == "fast" and (fast_share == 1.0 or level == 0)
 
+    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases))
+    stages = []
     for f, stage in zip(facts, plan.stages()[1 if producers_done else 0 :]):
         writes_fast = stage.writes is not None and fast_level(stage.writes)
         fetches_fast = stage.reads is not None and fast_level(stage.reads)

@@ -417,18 +417,17 @@ def preview_exchanges(compiler: Compiler, store_of: Any) -> list[str]:
     return lines
 
 
-def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: Any = None, sink: ExchangeSink | None = None) -> list[str]:
+def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: Any, sink: ExchangeSink) -> list[str]:
     """Explain lines of the tier choice: the selector over tier x algorithm x P (slow, fast and
     hybrid candidates side by side, each with its dominant term) and the tier it picks, as the
-    runner searches it for ``sink`` (eager consumers: no hybrid, and no producer spilling)."""
-    from croupier.model.tier import TierOptions, fast_profile_for, from_selection
+    runner searches it for the exchange ``sink`` writes (:func:`croupier.dag.tiers.search_options`)."""
+    from croupier.dag.tiers import search_options
+    from croupier.model.tier import from_selection
 
     if config.tier in ("fast", "hybrid"):
         variant = "" if config.tier == "fast" else ", pipelined" if config.pipelined else ", not pipelined" if config.pipelined is False else ", pipelined or not as the model prefers when it binds"
         return [f"    tier: {config.tier} (tier forced: {config.tier}{variant})"]
-    eager = sink is not None and sink.eager
-    allowed = ("slow", "fast") if eager else ("slow", "fast", "hybrid")
-    options = TierOptions(fast_profile_for(config), None, allowed, config.concurrency, config.pipelined, spill=sink is None or sink.spills)
+    options = search_options(config, None, sink.in_rounds, sink.spills)
     choice = binder.tiered(nbytes, senders, None, options, phases)  # as the runner's exchanges do (dag/tiers.py)
     picked = from_selection(choice, options)
     lines = [f"    tier: {picked.label} ({picked.why})"]
