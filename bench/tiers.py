@@ -46,7 +46,7 @@ from croupier.exchange.hybrid import HybridPlan
 from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
-from croupier.model.tier import FastTierProfile, compare, fast_share, hybrid_terms, predict_on_tier, stored_share
+from croupier.model.tier import FastTierProfile, compare, fast_share, hybrid_terms, object_bytes, predict_on_tier, stored_share
 from croupier.storage import open_store
 from croupier.testing import RedisServer, SeaweedFS
 from croupier.units import format_bytes, parse_size
@@ -132,7 +132,8 @@ def predict_row(row: dict[str, object], slow: StorageProfile, fast: FastTierProf
     row["model_error"] = round(abs(table3 - measured) / measured, 3)
     size = int(row["size"])  # type: ignore[call-overload]
     # a fast-tier run that does not fit whole: the share of producers the selector expects to fit, the rest spilling
-    share = fast_share(fast, FAST_MEMORY, size * stored_share(slow), plan.producers, concurrency) if used == "fast" else 1.0
+    stored = size * stored_share(slow)
+    share = fast_share(fast, FAST_MEMORY, stored, plan.producers, concurrency, object_bytes(plan, stored, plan.producers)) if used == "fast" else 1.0
     row["fast_share"] = round(share, 3)
     priced = "slow" if used == "levels" or share == 0 else used  # nothing fits: every producer spills
     staged = predict_on_tier(plan, size, slow, fast, priced, concurrency, fast_share=share if priced == "fast" else 1.0).seconds  # D as the selector sees it: records x 100

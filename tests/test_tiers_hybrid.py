@@ -4,6 +4,7 @@ tier, with each tier's requests equal to the plan's formula and nothing left on 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -283,6 +284,28 @@ def test_the_selector_compares_tier_x_algorithm_x_p_in_one_stage_model() -> None
     assert "hybrid r=" in choice.explain()
 
 
+def test_rounds_of_fewer_producers_than_functions_leave_functions_idle() -> None:
+    """A round of m producers keeps only m of the c functions busy when m < c: on 2 functions,
+    rounds of one producer take the producers' compute twice as long as rounds of two (the same
+    total bytes), and their start-up is one call start-up per round more (every wave's is already
+    in the stage's own); rounds of m >= c are unchanged."""
+    from croupier.model.tier import predict_on_tier
+
+    slow, fast = StorageProfile.load("seaweedfs-loopback"), FastTierProfile.load("redis-loopback")
+    slow = replace(slow, startup_seconds=0.5, wave_seconds=0.1)
+
+    def producers(m: int, c: int) -> dict[str, float]:
+        plan = HybridPlan.build(8, 8, m, pipelined=True)
+        return {t.name: t.seconds for t in predict_on_tier(plan, int(2e9), slow, fast, "hybrid", c).stages[0].terms}
+
+    one, two = producers(1, 2), producers(2, 2)
+    assert one["compute"] == pytest.approx(2 * two["compute"]) and one["compute"] > 0
+    assert one["rounds start-up"] == pytest.approx(7 * 0.5)  # 8 rounds: 7 more call start-ups; 8 waves' t1 in "start-up"
+    assert one["start-up"] == pytest.approx(0.5 + 8 * 0.1)
+    assert two["rounds start-up"] == pytest.approx(3 * (0.5 + 4 * 0.1))  # m = c: as before, the whole start-up per round
+    assert producers(2, 1)["compute"] == pytest.approx(producers(1, 1)["compute"])  # one function: no round leaves any idle
+
+
 def test_the_selector_weighs_a_pipelined_round_against_fewer_fast_requests() -> None:
     """Per P, the hybrid comes pipelined and not: the same exchange, the pipelined one without the
     producers' imbalance and the combiners' start-ups (time), with M * P fast requests instead of
@@ -338,7 +361,7 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
     (entry,) = report.exchanges
     assert entry["tier"].startswith("hybrid r=") and "the selector over tier x algorithm x P" in entry["tier_why"], report.summary.get("fast_tier_fallback")
     assert "slow:" in entry["tier_why"] and "hybrid:" in entry["tier_why"]
-    assert "fast: direct+wc P=16 with 50% of its producers' objects there, the others spilling" in entry["tier_why"], entry["tier_why"]
+    assert "fast: direct+wc P=16 with 56% of its producers' objects there, the others spilling" in entry["tier_why"], entry["tier_why"]  # 9 of 16
     assert entry["measured_requests"] == entry["predicted_requests"]
     result, _ = valsort((tmp_path / "out").as_uri(), FAULT_CONFIG, (tmp_path / "in").as_uri(), executor=executor)
     assert result.ok and result.records == 60_000, result.problems
@@ -347,8 +370,8 @@ def test_auto_picks_the_hybrid_when_the_selector_says_so_and_the_sort_is_right(t
 
 def test_auto_takes_a_fast_tier_that_holds_most_of_the_exchange_and_spills_the_rest(tmp_path: Path, small_redis: RedisServer, executor: LocalExecutor) -> None:
     """The request-bound slow store, 6 MiB of Redis, a 4 MB sort whose plan (3-level with level 2
-    in memory, TeraSort's, fixed before it runs) is the one priced: the model expects three
-    quarters of its producers' objects to fit Redis, so auto takes the fast tier with the rest
+    in memory, TeraSort's, fixed before it runs) is the one priced: the model expects seven of
+    its eight producers' objects to fit Redis, so auto takes the fast tier with the rest
     spilling, over the hybrid and the slow tier. Level 3 goes to the slow tier (Redis was not
     expected to hold it; how many producers really spill depends on Redis' own overheads), so the
     run needs no re-run on the slow tier; the sort is valid and nothing is left behind."""
@@ -357,7 +380,7 @@ def test_auto_takes_a_fast_tier_that_holds_most_of_the_exchange_and_spills_the_r
     gensort((tmp_path / "in").as_uri(), 4_000_000, parts=4, config=FAULT_CONFIG, executor=executor, seed=23)
     report = sort((tmp_path / "in").as_uri(), (tmp_path / "out").as_uri(), None, config, executor=executor)
     (entry,) = report.exchanges
-    assert entry["tier"] == "fast" and "fast: 3-level 2x2x2+wc, level 2 in memory P=8 with 75% of its producers' objects there" in entry["tier_why"], entry["tier_why"]
+    assert entry["tier"] == "fast" and "fast: 3-level 2x2x2+wc, level 2 in memory P=8 with 88% of its producers' objects there" in entry["tier_why"], entry["tier_why"]
     assert "hybrid:" in entry["tier_why"] and "slow:" in entry["tier_why"]
     assert "fast_tier_fallback" not in report.summary, report.summary
     assert entry["measured_requests"] == entry["predicted_requests"]

@@ -8,7 +8,12 @@ time in socket I/O, so threads overlap as processes would on this machine):
 * q_f: ``concurrency x 4`` threads PUT and GET 4 KiB objects for a while; requests per second;
 * b:   one thread PUTs and GETs objects of 4 MiB; bytes per second (both directions);
 * b_f: ``concurrency`` threads do the same at once; bytes per second of all of them together;
-* capacity: the server's ``maxmemory`` (else half of this machine's memory).
+* capacity: the server's ``maxmemory`` (else half of this machine's memory);
+* memory per stored byte: the memory a few objects of 3-13 MB (sizes an exchange writes, off
+  the allocator's power-of-two classes) free when deleted, over their bytes; skipped (the
+  profile keeps :data:`~croupier.model.tier.MEMORY_OVERHEAD`) when the server has not twice their
+  room free, does not report its memory, or the figure is implausible (another client wrote or
+  deleted at the same time).
 
 A self-hosted server has no prices; the profile's source says where and when it was measured.
 Every object written is deleted at the end.
@@ -24,7 +29,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from croupier.config import Config
-from croupier.model.tier import FastTierProfile
+from croupier.model.tier import MEMORY_OVERHEAD, FastTierProfile
 from croupier.storage import Store, open_store
 from croupier.storage.location import parse_location
 
@@ -41,6 +46,7 @@ def calibrate_fast_tier(url: str, config: Config, quick: bool = False, name: str
         single = _rate(store, LARGE, 1, seconds) * LARGE
         server = _rate(store, LARGE, max(1, config.concurrency), seconds) * LARGE
         capacity = _capacity(store)
+        overhead = _memory_overhead(store)
     finally:
         store.delete_prefix()
         store.close()
@@ -54,6 +60,7 @@ def calibrate_fast_tier(url: str, config: Config, quick: bool = False, name: str
         function_bandwidth=single,
         server_bandwidth=max(server, single),
         capacity=capacity,
+        memory_overhead=overhead if overhead is not None else MEMORY_OVERHEAD,
     )
 
 
@@ -94,6 +101,29 @@ def _capacity(store: Store) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
 
 
+#: Object sizes the memory measurement writes: 39 MB in all.
+OVERHEAD_SIZES = (3_000_000, 5_000_000, 7_000_000, 11_000_000, 13_000_000)
+
+
+def _memory_overhead(store: Store) -> float | None:
+    """Bytes of server memory per stored byte (see the module docstring), or None. Deletes the
+    objects of the rate measurements first, to make room."""
+    store.delete_prefix()
+    used = getattr(store.backend, "used_memory", None)
+    free = getattr(store.backend, "free_memory", None)
+    total = sum(OVERHEAD_SIZES)
+    if used is None or (free is not None and (room := free()) is not None and room < 2 * total):
+        return None
+    keys = [f"m/o{i}" for i in range(len(OVERHEAD_SIZES))]
+    for key, size in zip(keys, OVERHEAD_SIZES):
+        store.put(key, os.urandom(size))
+    before = used()
+    store.delete(keys)
+    freed = before - used()
+    ratio = freed / total
+    return ratio if 0.95 <= ratio <= 2.0 else None
+
+
 def describe_tier(profile: FastTierProfile) -> str:
     """The fitted figures, one per line."""
     return "\n".join(
@@ -103,6 +133,7 @@ def describe_tier(profile: FastTierProfile) -> str:
             f"  b    one function         {profile.function_bandwidth / 1e6:,.1f} MB/s",
             f"  b_f  server cap           {profile.server_bandwidth / 1e6:,.1f} MB/s",
             f"  capacity                  {profile.capacity / (1 << 20):,.0f} MiB",
+            f"  memory per stored byte    {profile.memory_overhead:.3f}",
             f"  source: {profile.source}",
         ]
     )

@@ -199,10 +199,12 @@ def first_touch_seconds(facts: StageFacts, profile: StorageProfile) -> float:
     return max(facts.phases.values(), default=0.0) / max(1, facts.tasks) * profile.first_touch_seconds_per_byte
 
 
-def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int | None = None) -> StagePrediction:
-    """The stage's predicted time, term by term, with its uncertainty (see the module docstring)."""
+def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int | None = None, slots: int | None = None) -> StagePrediction:
+    """The stage's predicted time, term by term, with its uncertainty (see the module docstring).
+    ``slots``: at most this many of its tasks can run at once whatever the concurrency (a hybrid
+    exchange's producers run a round of m at a time)."""
     tasks = max(1, facts.tasks)
-    c = max(1, min(tasks, concurrency or profile.concurrency))
+    c = max(1, min(tasks, concurrency or profile.concurrency, slots or tasks))
     waves = math.ceil(tasks / c)
     pack = waves * c / tasks
     t0, t1 = profile.startup_seconds, profile.wave_seconds * waves

@@ -42,7 +42,10 @@ from croupier.exchange.hybrid import HybridPlan, compact_bytes, hybrid_name, per
 from croupier.exchange.plan import requests_by_tier
 from croupier.model.profile import StorageProfile, profile_for
 
-#: Bytes of fast-tier memory one stored byte takes (allocator, keys, index, client buffers).
+#: Bytes of fast-tier memory one stored byte takes (allocator rounding, keys, index) when the
+#: profile has no measured figure (:attr:`FastTierProfile.memory_overhead`): a cautious guess.
+#: Redis with glibc malloc measured 1.00 for objects of 1-64 MB on the build machine; jemalloc's
+#: size classes round a large allocation up by as much as a quarter.
 MEMORY_OVERHEAD = 1.3
 GB = 1 << 30
 #: Input bytes per exchange byte the compressed exchange encodings achieve, for estimating an
@@ -68,6 +71,10 @@ class FastTierProfile:
     usd_per_million_requests: float = 0.0  # request charges (S3 Express: writes and reads averaged)
     usd_per_gb_transferred: float = 0.0  # transfer charges (ElastiCache Serverless ECPUs, S3 Express beyond 512 KB)
     notes: dict[str, str] = field(default_factory=dict)
+    #: bytes of memory one stored byte takes once written (measured by ``croupier calibrate``:
+    #: the memory its objects free on deletion, over their bytes); writes in flight are apart
+    #: (:func:`in_flight`)
+    memory_overhead: float = MEMORY_OVERHEAD
 
     def effective_bandwidth(self, workers: int) -> float:
         """b_eff = min(b · P, b_f)."""
@@ -91,7 +98,7 @@ class FastTierProfile:
         """Exchange bytes the fast tier can hold now: its capacity (or ``free``, if less) over the
         per-object overhead — the largest round r of a hybrid exchange."""
         room = self.capacity if free is None else min(self.capacity, free)
-        return room / MEMORY_OVERHEAD
+        return room / self.memory_overhead
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,7 +239,7 @@ def hybrid_candidate(nbytes: float, workers: int, senders: int, slow: StoragePro
     by_tier = plan.requests_by_tier()
     slow_requests = by_tier["slow"]["PUT"] * slow.prices.write_request + (by_tier["slow"]["GET"] + by_tier["slow"]["GET_RANGE"]) * slow.prices.read_request
     fast_requests = sum(by_tier["fast"].values())
-    cost = function_usd * seconds + slow_requests + fast.exchange_cost(nbytes, fast_requests, seconds, held=r * MEMORY_OVERHEAD)
+    cost = function_usd * seconds + slow_requests + fast.exchange_cost(nbytes, fast_requests, seconds, held=r * fast.memory_overhead)
     return TierCandidate("hybrid", seconds, cost, True, r, m, terms.dominant()), plan
 
 
@@ -447,17 +454,19 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
             writes=f.writes * written,
             write_bytes=f.write_bytes * written,
         )
-        full = predict_stage(slow_part, slow, concurrency)
+        slots = _round_slots(plan, tier, stage.reads, concurrency or slow.concurrency)
+        full = predict_stage(slow_part, slow, concurrency, slots)
         moved = ("read",) * fetches_fast + ("write",) * writes_fast  # their slow terms are 0 when all moved: leave them out
         base = replace(full, terms=tuple(t for t in full.terms if not (t.name.startswith(moved) and not t.seconds)) if moved else full.terms)
-        c = max(1, min(max(1, f.tasks), concurrency or slow.concurrency))
-        on_fast = predict_stage(fast_part, fast_storage_profile(slow, fast, c), concurrency)
+        c = max(1, min(max(1, f.tasks), concurrency or slow.concurrency, slots or f.tasks))
+        on_fast = predict_stage(fast_part, fast_storage_profile(slow, fast, c), concurrency, slots)
         # its requests, and the imbalance of unequal tasks on them (the slow part's covers the rest)
         extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write", "imbalance")) and t.seconds)
         terms = base.terms + extra
         if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: one start-up more per round for its producers and its combiners
             startup = base.terms[0]
-            terms += (Term("rounds start-up", startup.seconds * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
+            per_round = dict(startup.sources).get("t0", 0.0) if slots else startup.seconds  # with slots, every wave's t1 is in the stage's own
+            terms += (Term("rounds start-up", per_round * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
         if tier == "hybrid" and plan.pipelined and stage.reads in (None, 0):  # not the consumers: they run after every round
             terms = _pipelined(terms, stage.reads)
         spread = dict(base.spread)
@@ -468,11 +477,20 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     on_slow = {kind: n - on_fast[kind] for kind, n in requests.items()}
     fast_requests = sum(on_fast.values())
     draft = Prediction(plan, data_bytes, tuple(stages), on_slow, tier=tier)
-    held = plan.round_bytes * MEMORY_OVERHEAD if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
+    held = plan.round_bytes * fast.memory_overhead if tier == "hybrid" and getattr(plan, "round_bytes", 0) else None
     usd = slow_cost(draft, slow, concurrency) + fast.exchange_cost(data_bytes * fast_share, fast_requests, draft.seconds, held)
     if tier == "hybrid" and plan.pipelined and not producers_done and stages:
         usd += _waiting_combiners(plan, stages[0].seconds, slow, concurrency)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier, fast_share)
+
+
+def _round_slots(plan: Any, tier: str, reads: int | None, concurrency: int) -> int | None:
+    """The functions a hybrid's producer stage (``reads`` None) can use at once when a round has
+    fewer producers than there are functions (m < c: the other functions wait for the next round,
+    so rounds of one producer on 2 cores use one); else None (no limit)."""
+    if tier != "hybrid" or reads is not None or not isinstance(plan, HybridPlan) or plan.per_round >= concurrency:
+        return None
+    return plan.per_round
 
 
 def _waiting_combiners(plan: HybridPlan, producers_seconds: float, slow: StorageProfile, concurrency: int | None) -> float:
@@ -498,7 +516,7 @@ def _pipelined(terms: tuple[Any, ...], reads: int | None) -> tuple[Any, ...]:
 class TierOptions:
     """What the selector needs to put tier candidates beside the slow ones: the fast tier's
     profile, its free bytes now, the tiers allowed for this exchange, and how many producers write
-    at once (their writes in flight take fast memory too, see :func:`per_round_for`)."""
+    at once (their writes in flight take fast memory too, see :func:`in_flight`)."""
 
     fast: FastTierProfile
     free: float | None = None
@@ -518,8 +536,7 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
     fast = options.fast
     stored = data_bytes * stored_share(slow, phases)  # what the exchange's objects take on a tier
     if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
-        in_flight = options.writers * stored / max(1, senders or 1)
-        fitting = [plan for plan in plans if fast.fits(stored * plan.stored_levels + in_flight, options.free)]
+        fitting = [plan for plan in plans if fits_whole(fast, options.free, stored, plan, senders, options.writers)]
         out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
         if options.spill and not producers_done:
             out += _spilling(plans, fitting, data_bytes, stored, slow, options, concurrency, phases, senders)
@@ -546,17 +563,50 @@ def _spilling(plans: list[Any], fitting: list[Any], data_bytes: int, stored: flo
     for plan in plans:
         if id(plan) in done:
             continue
-        share = fast_share(options.fast, options.free, stored, senders or plan.workers, options.writers)
+        share = fast_share(options.fast, options.free, stored, senders or plan.workers, options.writers, object_bytes(plan, stored, senders))
         if 0.0 < share < 1.0:
             out.append(predict_on_tier(plan, data_bytes, slow, options.fast, "fast", concurrency, False, phases, share))
     return out
 
 
-def fast_share(fast: FastTierProfile, free: float | None, stored: float, senders: int, writers: int = 0) -> float:
-    """The share of ``senders`` producers whose objects (``stored`` bytes in all, one level) the
-    fast tier holds before it is full, with ``writers`` writes in flight: m / M, m as a hybrid
-    round's (:func:`croupier.exchange.hybrid.per_round_for`); 1 when the exchange fits whole."""
-    return per_round_for(fast.usable(free), stored, senders, writers) / senders
+def fast_share(fast: FastTierProfile, free: float | None, stored: float, senders: int, writers: int = 0, largest: float | None = None) -> float:
+    """The share of ``senders`` producers whose objects (``stored`` bytes in all, one level, in
+    objects of at most ``largest`` bytes; default one per producer) the fast tier holds before it
+    is full, with ``writers`` producers writing at once: m / M, m the producers whose shares fit
+    beside the writes in flight (:func:`in_flight`); 1 when the exchange fits whole."""
+    share = max(1.0, stored / senders)
+    room = fast.capacity if free is None else min(fast.capacity, free)
+    m = int((room - in_flight(share, share if largest is None else largest, writers)) // (share * fast.memory_overhead))
+    return max(0, min(senders, m)) / senders
+
+
+def fits_whole(fast: FastTierProfile, free: float | None, stored: float, plan: Any, senders: int | None, writers: int) -> bool:
+    """Whether every level ``plan`` stores (``stored`` bytes each; its objects stay until the run
+    ends) fits the fast tier beside the writes in flight (:func:`in_flight`)."""
+    share = max(1.0, stored / max(1, senders or plan.producers))
+    room = fast.capacity if free is None else min(fast.capacity, free)
+    return stored * plan.stored_levels * fast.memory_overhead + in_flight(share, object_bytes(plan, stored, senders), writers) <= room
+
+
+def in_flight(share: float, largest: float, writers: int) -> float:
+    """Fast-tier memory the writes in flight take beside what is stored, with ``writers``
+    producers writing shares of ``share`` bytes in objects of up to ``largest`` bytes: the object
+    being written (Redis holds the request in a client buffer, and the write script's copy of it,
+    when it checks for room; once written, the object takes its own memory), and the other
+    writers' shares, half written on average. On the build machine (Redis capped at 512 MiB, 2
+    writers, shares of 95-150 MiB in objects of 1-100 MB), this predicted how many producers' shares
+    fit in 9 cases of 10, where counting every writer's whole share in flight and 1.3 bytes per
+    stored byte predicted 1-2 where 2-5 fit."""
+    return largest + max(0, writers - 1) * share / 2
+
+
+def object_bytes(plan: Any, stored: float, senders: int | None) -> float:
+    """The largest object a producer of ``plan`` writes, about: its share of ``stored`` bytes over
+    the objects it writes at level 1 (one when write-combined, one per receiver when not)."""
+    producers = max(1, senders or plan.producers)
+    writes = getattr(plan, "writes", None)
+    count = len(writes(0, 0)) if writes is not None else 1
+    return stored / producers / max(1, count)
 
 
 def stored_share(slow: StorageProfile, phases: dict[str, tuple[str, ...]] | None = None) -> float:

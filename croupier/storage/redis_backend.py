@@ -175,6 +175,10 @@ class RedisBackend(Backend):
         limit = int(info.get("maxmemory", 0))
         return max(0, limit - int(info["used_memory"])) if limit else None
 
+    def used_memory(self) -> int:
+        """Bytes the server uses now (INFO memory's ``used_memory``: data, indexes, client buffers)."""
+        return int(self._call("INFO", lambda: self._client.info("memory"))["used_memory"])
+
     def max_memory(self) -> int:
         """The server's ``maxmemory`` in bytes (0: no limit)."""
         return int(self._call("CONFIG", lambda: self._client.config_get("maxmemory")).get("maxmemory", 0))
