@@ -152,7 +152,7 @@ def calibrated(work: Path, config: Config, redis: RedisServer, quick: bool = Tru
     fast = calibrate_fast_tier(redis.url("calibration"), config, quick=quick)
     slow.save(work / "slow.json")
     fast.save(work / "fast.json")
-    print(f"calibrated: {slow.name}, {fast.name}", flush=True)
+    print(f"calibrated: {slow.name}, {fast.name} ({fast.memory_overhead:.3f} bytes of Redis memory per stored byte)", flush=True)
     return slow, fast
 
 
