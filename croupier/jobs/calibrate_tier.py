@@ -9,11 +9,11 @@ time in socket I/O, so threads overlap as processes would on this machine):
 * b:   one thread PUTs and GETs objects of 4 MiB; bytes per second (both directions);
 * b_f: ``concurrency`` threads do the same at once; bytes per second of all of them together;
 * capacity: the server's ``maxmemory`` (else half of this machine's memory);
-* memory per stored byte: the memory a few objects of 3-13 MB (sizes an exchange writes, off
-  the allocator's power-of-two classes) free when deleted, over their bytes; skipped (the
-  profile keeps :data:`~croupier.model.tier.MEMORY_OVERHEAD`) when the server has not twice their
-  room free, does not report its memory, or the figure is implausible (another client wrote or
-  deleted at the same time).
+* memory per stored byte: the memory each of a few objects of 3-13 MB (sizes an exchange writes,
+  off the allocator's power-of-two classes) frees when deleted, over its bytes, the largest of
+  them; skipped (the profile keeps :data:`~croupier.model.tier.MEMORY_OVERHEAD`) when the server
+  has not twice their room free, does not report its memory, refuses the writes, or a figure is
+  implausible (another client wrote or deleted at the same time).
 
 A self-hosted server has no prices; the profile's source says where and when it was measured.
 Every object written is deleted at the end.
@@ -29,6 +29,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from croupier.config import Config
+from croupier.errors import StorageError
 from croupier.model.tier import MEMORY_OVERHEAD, FastTierProfile
 from croupier.storage import Store, open_store
 from croupier.storage.location import parse_location
@@ -107,21 +108,34 @@ OVERHEAD_SIZES = (3_000_000, 5_000_000, 7_000_000, 11_000_000, 13_000_000)
 
 def _memory_overhead(store: Store) -> float | None:
     """Bytes of server memory per stored byte (see the module docstring), or None. Deletes the
-    objects of the rate measurements first, to make room."""
+    objects of the rate measurements first, to make room; each object is deleted apart, and the
+    largest of their figures is kept (an allocator rounds some sizes up more than others)."""
     store.delete_prefix()
     used = getattr(store.backend, "used_memory", None)
     free = getattr(store.backend, "free_memory", None)
-    total = sum(OVERHEAD_SIZES)
-    if used is None or (free is not None and (room := free()) is not None and room < 2 * total):
+    if used is None or (free is not None and (room := free()) is not None and room < 2 * sum(OVERHEAD_SIZES)):
         return None
     keys = [f"m/o{i}" for i in range(len(OVERHEAD_SIZES))]
-    for key, size in zip(keys, OVERHEAD_SIZES):
-        store.put(key, os.urandom(size))
-    before = used()
-    store.delete(keys)
-    freed = before - used()
-    ratio = freed / total
-    return ratio if 0.95 <= ratio <= 2.0 else None
+    ratios = []
+    try:
+        for key, size in zip(keys, OVERHEAD_SIZES):
+            store.put(key, os.urandom(size))
+        for key, size in zip(keys, OVERHEAD_SIZES):
+            before = used()
+            store.delete([key])
+            ratios.append((before - used()) / size)
+    except StorageError:  # another client filled the server meanwhile: no figure
+        return None
+    return plausible_overhead(ratios)
+
+
+def plausible_overhead(ratios: list[float]) -> float | None:
+    """The memory per stored byte from per-object figures: their largest, or None when any is
+    implausible (below 0.99: another client wrote while it was measured; above 2: one freed
+    memory meanwhile, or the server compresses). Figures between 0.99 and 1 count as 1."""
+    if not ratios or not all(0.99 <= r <= 2.0 for r in ratios):
+        return None
+    return max(1.0, max(ratios))
 
 
 def describe_tier(profile: FastTierProfile) -> str:

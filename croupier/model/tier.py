@@ -76,6 +76,10 @@ class FastTierProfile:
     #: (:func:`in_flight`)
     memory_overhead: float = MEMORY_OVERHEAD
 
+    def __post_init__(self) -> None:
+        if not self.memory_overhead >= 1.0:
+            raise ValueError(f"fast-tier profile {self.name!r}: memory_overhead must be at least 1 (bytes of memory per stored byte), got {self.memory_overhead}")
+
     def effective_bandwidth(self, workers: int) -> float:
         """b_eff = min(b · P, b_f)."""
         return min(self.function_bandwidth * max(1, workers), self.server_bandwidth)
@@ -463,10 +467,9 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         # its requests, and the imbalance of unequal tasks on them (the slow part's covers the rest)
         extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write", "imbalance")) and t.seconds)
         terms = base.terms + extra
-        if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: one start-up more per round for its producers and its combiners
-            startup = base.terms[0]
-            per_round = dict(startup.sources).get("t0", 0.0) if slots else startup.seconds  # with slots, every wave's t1 is in the stage's own
-            terms += (Term("rounds start-up", per_round * (plan.rounds - 1), f"{plan.rounds} rounds of producers and of combiners", ()),)
+        if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: each its own executor call
+            extra = _rounds_startup(plan, stage.reads, slow, max(1, min(max(1, f.tasks), concurrency or slow.concurrency, slots or f.tasks)))
+            terms += (Term("rounds start-up", extra, f"{plan.rounds} rounds of producers and of combiners", ()),)
         if tier == "hybrid" and plan.pipelined and stage.reads in (None, 0):  # not the consumers: they run after every round
             terms = _pipelined(terms, stage.reads)
         spread = dict(base.spread)
@@ -482,6 +485,15 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     if tier == "hybrid" and plan.pipelined and not producers_done and stages:
         usd += _waiting_combiners(plan, stages[0].seconds, slow, concurrency)
     return Prediction(plan, data_bytes, tuple(stages), requests, usd, tier, fast_share)
+
+
+def _rounds_startup(plan: HybridPlan, reads: int | None, slow: StorageProfile, c: int) -> float:
+    """Start-up a hybrid's producers (``reads`` None) or combiners (0) pay beyond the stage's own
+    (one call, t0, and t1 per wave of all its tasks on ``c`` functions): a call per round more,
+    and the waves each round's tasks (its m producers, or P combiners) take on their own."""
+    per_round = [len(plan.round_producers(j)) if reads is None else plan.workers for j in range(plan.rounds)]
+    waves = sum(math.ceil(n / c) for n in per_round) - math.ceil(sum(per_round) / c)
+    return slow.startup_seconds * (plan.rounds - 1) + slow.wave_seconds * waves
 
 
 def _round_slots(plan: Any, tier: str, reads: int | None, concurrency: int) -> int | None:
@@ -543,6 +555,8 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
     if "hybrid" in options.allowed:
         for p in sorted({plan.workers for plan in plans}):
             m_all = senders or p
+            # a round keeps every writer's whole share in reserve (per_round_for), more than the
+            # spilling fast tier's in_flight: a round that overflows costs a re-run, not a spill
             most = per_round_for(fast.usable(options.free), stored, m_all, options.writers)
             if not 1 <= most < m_all or (buckets is not None and p > buckets):  # one round: the fast tier alone
                 continue
@@ -563,7 +577,7 @@ def _spilling(plans: list[Any], fitting: list[Any], data_bytes: int, stored: flo
     for plan in plans:
         if id(plan) in done:
             continue
-        share = fast_share(options.fast, options.free, stored, senders or plan.workers, options.writers, object_bytes(plan, stored, senders))
+        share = fast_share(options.fast, options.free, stored, senders or plan.producers, options.writers, object_bytes(plan, stored, senders))
         if 0.0 < share < 1.0:
             out.append(predict_on_tier(plan, data_bytes, slow, options.fast, "fast", concurrency, False, phases, share))
     return out
@@ -582,22 +596,25 @@ def fast_share(fast: FastTierProfile, free: float | None, stored: float, senders
 
 def fits_whole(fast: FastTierProfile, free: float | None, stored: float, plan: Any, senders: int | None, writers: int) -> bool:
     """Whether every level ``plan`` stores (``stored`` bytes each; its objects stay until the run
-    ends) fits the fast tier beside the writes in flight (:func:`in_flight`)."""
+    ends) fits the fast tier beside the requests in flight (:func:`in_flight`): ``writers``
+    writing and as many reading (a later level's tasks, or eager consumers, read while others
+    write)."""
     share = max(1.0, stored / max(1, senders or plan.producers))
     room = fast.capacity if free is None else min(fast.capacity, free)
-    return stored * plan.stored_levels * fast.memory_overhead + in_flight(share, object_bytes(plan, stored, senders), writers) <= room
+    return stored * plan.stored_levels * fast.memory_overhead + in_flight(share, object_bytes(plan, stored, senders), writers, writers) <= room
 
 
-def in_flight(share: float, largest: float, writers: int) -> float:
-    """Fast-tier memory the writes in flight take beside what is stored, with ``writers``
+def in_flight(share: float, largest: float, writers: int, readers: int = 0) -> float:
+    """Fast-tier memory the requests in flight take beside what is stored, with ``writers``
     producers writing shares of ``share`` bytes in objects of up to ``largest`` bytes: the object
     being written (Redis holds the request in a client buffer, and the write script's copy of it,
-    when it checks for room; once written, the object takes its own memory), and the other
-    writers' shares, half written on average. On the build machine (Redis capped at 512 MiB, 2
-    writers, shares of 95-150 MiB in objects of 1-100 MB), this predicted how many producers' shares
-    fit in 9 cases of 10, where counting every writer's whole share in flight and 1.3 bytes per
-    stored byte predicted 1-2 where 2-5 fit."""
-    return largest + max(0, writers - 1) * share / 2
+    when it checks for room; once written, the object takes its own memory), the other writers'
+    shares, half written on average, and one object per reader reading meanwhile (the reply Redis
+    buffers). On the build machine (Redis capped at 512 MiB, 1 and 2 writers, shares of 95-150 MiB
+    in objects of 1-105 MB; ``bench/fast_tier_fill.py``) this counted the shares that fit right in 7
+    of 10 cases and one too few in the others, where counting every writer's whole share in flight
+    and 1.3 bytes per stored byte counted 1-2 where 2-5 fit."""
+    return largest * (1 + readers) + max(0, writers - 1) * share / 2
 
 
 def object_bytes(plan: Any, stored: float, senders: int | None) -> float:
