@@ -101,8 +101,11 @@ class FastTierProfile:
     def usable(self, free: float | None = None) -> float:
         """Exchange bytes the fast tier can hold now: its capacity (or ``free``, if less) over the
         per-object overhead — the largest round r of a hybrid exchange."""
-        room = self.capacity if free is None else min(self.capacity, free)
-        return room / self.memory_overhead
+        return self.room(free) / self.memory_overhead
+
+    def room(self, free: float | None = None) -> float:
+        """Bytes of memory an exchange may take now: the capacity, or ``free`` if less."""
+        return self.capacity if free is None else min(self.capacity, free)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -468,7 +471,7 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         extra = tuple(Term(f"fast-tier {t.name}", t.seconds, t.why, tuple((f"fast:{k}", v) for k, v in t.sources)) for t in on_fast.terms if t.name.startswith(("read", "write", "imbalance")) and t.seconds)
         terms = base.terms + extra
         if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: each its own executor call
-            extra = _rounds_startup(plan, stage.reads, slow, max(1, min(max(1, f.tasks), concurrency or slow.concurrency, slots or f.tasks)))
+            extra = _rounds_startup(plan, stage.reads, slow, c)
             terms += (Term("rounds start-up", extra, f"{plan.rounds} rounds of producers and of combiners", ()),)
         if tier == "hybrid" and plan.pipelined and stage.reads in (None, 0):  # not the consumers: they run after every round
             terms = _pipelined(terms, stage.reads)
@@ -589,8 +592,7 @@ def fast_share(fast: FastTierProfile, free: float | None, stored: float, senders
     is full, with ``writers`` producers writing at once: m / M, m the producers whose shares fit
     beside the writes in flight (:func:`in_flight`); 1 when the exchange fits whole."""
     share = max(1.0, stored / senders)
-    room = fast.capacity if free is None else min(fast.capacity, free)
-    m = int((room - in_flight(share, share if largest is None else largest, writers)) // (share * fast.memory_overhead))
+    m = int((fast.room(free) - in_flight(share, share if largest is None else largest, writers)) // (share * fast.memory_overhead))
     return max(0, min(senders, m)) / senders
 
 
@@ -600,8 +602,7 @@ def fits_whole(fast: FastTierProfile, free: float | None, stored: float, plan: A
     writing and as many reading (a later level's tasks, or eager consumers, read while others
     write)."""
     share = max(1.0, stored / max(1, senders or plan.producers))
-    room = fast.capacity if free is None else min(fast.capacity, free)
-    return stored * plan.stored_levels * fast.memory_overhead + in_flight(share, object_bytes(plan, stored, senders), writers, writers) <= room
+    return stored * plan.stored_levels * fast.memory_overhead + in_flight(share, object_bytes(plan, stored, senders), writers, writers) <= fast.room(free)
 
 
 def in_flight(share: float, largest: float, writers: int, readers: int = 0) -> float:
