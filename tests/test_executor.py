@@ -131,6 +131,49 @@ def test_workers_run_polars_with_their_share_of_the_cores(tmp_path: Path) -> Non
         assert lines[1] == str([(tuple(ALLOCATOR_ENV["_RJEM_MALLOC_CONF"].split(",")), ALLOCATOR_ENV["MIMALLOC_PURGE_DELAY"])])  # ours last: they win
 
 
+SHAPES_SCRIPT = """
+import sys
+from croupier.compute import LocalExecutor
+from croupier.compute.base import Task
+from croupier.config import Config
+from pooltask import pool
+
+if __name__ == "__main__":
+    for concurrency in map(int, sys.argv[1:]):
+        config = Config(concurrency=concurrency, progress=False)
+        with LocalExecutor(config) as executor:
+            found = {r.value for r in executor.map([Task(f"t{i}", pool, ()) for i in range(2)], config)}
+        print(concurrency, sorted(found))
+"""
+
+
+def test_executors_of_another_concurrency_in_one_process_give_each_worker_its_share(tmp_path: Path) -> None:
+    """One fork server serves a process, and Polars in it sized its pool for the executor that
+    started it: a later executor of another concurrency starts its workers fresh, so that each
+    still runs cores / concurrency threads (it had the first executor's count) and keeps freed
+    pages as every worker does."""
+    from croupier.compute.worker import ALLOCATOR_ENV
+
+    import subprocess
+    import sys
+
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        pytest.skip("needs two cores: with one, every concurrency gives a worker one thread")
+    (tmp_path / "shapes.py").write_text(SHAPES_SCRIPT)
+    (tmp_path / "pooltask.py").write_text(POOL_TASK)
+    env = {k: v for k, v in os.environ.items() if k not in ("POLARS_MAX_THREADS", *ALLOCATOR_ENV)}
+    out = subprocess.run([sys.executable, str(tmp_path / "shapes.py"), str(cores), "1", str(cores), "1"], capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = [line.split(" ", 1) for line in out.stdout.strip().split("\n")]
+    settings = (ALLOCATOR_ENV["_RJEM_MALLOC_CONF"], ALLOCATOR_ENV["MIMALLOC_PURGE_DELAY"])
+    for (concurrency, found), expected in zip(seen, (cores, 1, cores, 1)):
+        values = eval(found)  # noqa: S307 - our own script's print of tuples of numbers and strings
+        assert int(concurrency) == expected
+        assert [size for size, _, _ in values] == [max(1, cores // expected)], out.stdout
+        assert all(jemalloc.endswith(settings[0]) and mimalloc == settings[1] for _, jemalloc, mimalloc in values), out.stdout
+
+
 def test_a_users_allocator_settings_win_over_the_workers_defaults() -> None:
     """Workers keep freed pages unless the user set the allocators up otherwise; Polars' own
     jemalloc default (written into the environment when it is imported) is not a user's choice."""

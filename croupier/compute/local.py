@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
-from croupier.compute.orphan import start_forkserver_quietly
+from croupier.compute.orphan import environment_set, start_forkserver_quietly
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.mainguard import main_module_hidden
 from croupier.compute.speculation import choose_backups
@@ -87,14 +87,20 @@ class LocalExecutor(Executor):
         self.backups = 0
         self.retired = 0
         self._rng = random.Random(seed)
-        self._ctx = mp.get_context("forkserver")
+        self._ctx: Any = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["croupier.compute.worker"])
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
         # Polars sizes its thread pool, and its allocator and Arrow's read their settings, when
         # they are loaded, and the fork server has loaded them (preloading the workers' modules)
         # before any worker runs: the fork server's environment is the one place to set them
-        # (issue 12, promise 6: no fork-server traceback on Ctrl-C)
-        start_forkserver_quietly(worker_environment(os.environ, self._threads))
+        # (issue 12, promise 6: no fork-server traceback on Ctrl-C). One fork server serves the
+        # whole process, so an executor of another thread count than the one that started it
+        # (concurrency 2 after concurrency 1: one Polars thread per worker where two were due,
+        # or twice the cores) starts its workers fresh instead, each with its own settings.
+        environment = worker_environment(os.environ, self._threads)
+        self._spawned_with: dict[str, str] | None = None
+        if not start_forkserver_quietly(environment):
+            self._ctx, self._spawned_with = mp.get_context("spawn"), environment
         self._workers: list[_Worker] = []
         self._next_wid = 0
         self._lock = threading.RLock()  # one map at a time: runs of one session may share the pool
@@ -114,7 +120,7 @@ class LocalExecutor(Executor):
             name=f"croupier-fn-{wid}",
             daemon=True,
         )
-        with main_module_hidden():  # workers never re-run the user's script (no __main__ guard needed)
+        with main_module_hidden(), environment_set(self._spawned_with or {}):  # workers never re-run the user's script (no __main__ guard needed)
             proc.start()
         child.close()
         return _Worker(wid, proc, parent)

@@ -19,7 +19,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 #: Seconds between checks of the parent process id.
 POLL_SECONDS = 0.2
@@ -46,7 +47,7 @@ def _watch(parent: int, poll: float) -> None:
     os._exit(0)
 
 
-def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> None:
+def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> bool:
     """Start the multiprocessing fork server now (if it is not running) with SIGINT ignored, so a
     Ctrl-C to the process group while it imports its preloaded modules is not a traceback: an
     ignored signal stays ignored across its exec, and once running it ignores SIGINT itself.
@@ -55,22 +56,50 @@ def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> No
 
     ``environment``: variables the fork server (and so every worker forked from it) starts with;
     the driver's own environment is restored after (the caller decides what a user's setting
-    overrides)."""
+    overrides). Return whether the running fork server has them: False when it was already
+    running with other values (an executor of another thread count started it, or someone else
+    did), as its preloaded libraries read them once, when it started."""
     from multiprocessing import forkserver
 
-    with _ENVIRONMENT_LOCK:  # two executors starting at once must not save each other's values
-        added = dict(environment or {})
-        saved = {k: os.environ.get(k) for k in added}
-        os.environ.update(added)
-        try:
-            if threading.current_thread() is not threading.main_thread():
-                forkserver.ensure_running()
-                return
+    global _STARTED_WITH
+    added = dict(environment or {})
+    with environment_set(added):
+        before = _server_pid(forkserver)
+        if threading.current_thread() is not threading.main_thread():
+            forkserver.ensure_running()
+        else:
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
                 forkserver.ensure_running()
             finally:
                 signal.signal(signal.SIGINT, previous)
+        if _server_pid(forkserver) != before or (before is None and _STARTED_WITH is None):
+            _STARTED_WITH = added  # (re)started just now, with these values
+    return _STARTED_WITH is not None and all(_STARTED_WITH.get(k) == v for k, v in added.items())
+
+
+#: The variables the running fork server was started with by :func:`start_forkserver_quietly`
+#: (None: not started by it).
+_STARTED_WITH: dict[str, str] | None = None
+
+
+def _server_pid(forkserver: Any) -> int | None:
+    """The fork server's process id, None when it is not running (``multiprocessing`` keeps it in
+    a private attribute; were that to go, only the first start would count as one, and a server
+    restarted after dying would be taken for the first one's settings)."""
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+@contextmanager
+def environment_set(added: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, ``os.environ`` has ``added`` (processes started in it inherit them);
+    the previous values come back after. One block at a time: two executors starting processes
+    at once must not save each other's values."""
+    with _ENVIRONMENT_LOCK:
+        saved = {k: os.environ.get(k) for k in added}
+        os.environ.update(added)
+        try:
+            yield
         finally:
             for key, value in saved.items():
                 if value is None:
