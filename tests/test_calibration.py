@@ -43,6 +43,12 @@ def test_first_run_calibrates_once_caches_and_every_run_refines(tmp_path: Path, 
     assert first.summary["profile"] == f"{key[1]}@r0"  # predicted by the fresh calibration
     assert entry.profile.revision == 1 and len(entry.history) == 1  # ...and refined by the run
     assert {k for k in entry.profile.compute} >= {"records_sort", "read:parquet", "hash_aggregate", "hash_join", "sort", "evaluate", "project"}
+    # a query's tail (partials gathered by one task) is measured, and its few bytes per call priced per call
+    single = next(k for o in entry.calibration for k in o.phases if k.startswith("write:exchange-frames") and k.endswith("-single"))
+    assert single in entry.profile.call_seconds and single not in entry.profile.compute
+    # the per-wave cost is measured on functions that work, as real stages' are
+    busy = [o for o in entry.calibration if o.facts.name.startswith("overheads-")]
+    assert len(busy) >= 2 and all(o.phases["read:generate"][0] > 0 for o in busy)
     leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and "_calibration" in str(p)]
     assert leftovers == [], "the calibration deletes what it wrote"
 

@@ -13,7 +13,7 @@ import pytest
 
 from croupier.exchange.plan import ExchangePlan
 from croupier.jobs.calibrate import describe, from_reports
-from croupier.model.fit import Observation, fit, format_estimate, observations_from_report
+from croupier.model.fit import Observation, fit, format_estimate, observations_from_report, per_kind
 from croupier.model.perf import Prediction
 from croupier.model.profile import Curve, StorageProfile
 from croupier.model.selector import choose, robust
@@ -119,25 +119,29 @@ def test_start_up_waves_and_imbalance_come_from_what_the_measured_phases_leave()
     observations = []
     for o in synthetic(truth()):
         c = min(o.facts.tasks, CONCURRENCY)
-        pack = math.ceil(o.facts.tasks / c) * c / o.facts.tasks
+        waves = math.ceil(o.facts.tasks / c)
+        pack = waves * c / o.facts.tasks
         factor = 1 + rng.uniform(-0.15, 0.15)
         phases = {k: (b, io + (wall - io) * factor, io, calls) for k, (b, wall, io, calls) in o.phases.items()}
         extra = sum(v[1] for v in phases.values()) - sum(v[1] for v in o.phases.values())
-        observations.append(replace(o, phases=phases, wall=o.wall + (1 + truth().imbalance) * pack * extra / c))
+        observations.append(replace(o, phases=phases, wall=o.wall + (1 + truth().imbalance / waves) * pack * extra / c))
     result = fit(observations, wrong(truth()), bootstrap=5)
     assert result.profile.startup_seconds == pytest.approx(truth().startup_seconds, rel=1e-6)
     assert result.profile.wave_seconds == pytest.approx(truth().wave_seconds, rel=1e-6)
     assert result.profile.imbalance == pytest.approx(truth().imbalance, rel=1e-6)
 
 
-def test_the_imbalance_is_predicted_on_the_work_and_billed_once() -> None:
-    """g = 0.07 of compute and storage; the other functions of the stage are done by then, so only
-    the last one is billed for it."""
-    facts = synthetic(truth())[5].facts
-    prediction = predict_stage(facts, truth(), CONCURRENCY)
-    terms = {t.name.split()[0]: t.seconds for t in prediction.terms}
-    assert terms["imbalance"] == pytest.approx(0.07 * (terms["compute"] + terms["read"] + terms["write"]))
-    assert prediction.function_seconds(2) == pytest.approx(2 * prediction.seconds - terms["imbalance"])
+def test_the_imbalance_is_predicted_on_one_task_s_work_and_billed_once() -> None:
+    """g = 0.07 of one task's compute and storage (a function's over its waves: tasks are handed
+    out as functions free up, so only the last ones' spread shows, however many waves there are);
+    the other functions of the stage are done by then, so only the last one is billed for it."""
+    for facts in (synthetic(truth())[5].facts, replace(synthetic(truth())[5].facts, tasks=5 * CONCURRENCY)):
+        prediction = predict_stage(facts, truth(), CONCURRENCY)
+        terms = {t.name.split()[0]: t.seconds for t in prediction.terms}
+        waves = math.ceil(facts.tasks / min(facts.tasks, CONCURRENCY))
+        assert terms["imbalance"] == pytest.approx(0.07 * (terms["compute"] + terms["read"] + terms["write"]) / waves)
+        assert prediction.function_seconds(2) == pytest.approx(2 * prediction.seconds - terms["imbalance"])
+    assert waves == 5
 
 
 def test_fit_reports_uncertainty_that_grows_with_noise() -> None:
@@ -297,8 +301,9 @@ def _signed(observations: list[Observation], signature: str, factor: float) -> l
             phases[kind] = (b, wall, io, calls)
         facts = replace(o.facts, phases={k: v[0] for k, v in phases.items()}, calls={k: v[3] for k, v in phases.items()})
         c = min(o.facts.tasks, CONCURRENCY)
-        pack = math.ceil(o.facts.tasks / c) * c / o.facts.tasks
-        out.append(replace(o, facts=facts, phases=phases, wall=o.wall + (1 + truth().imbalance) * pack * extra / c))  # work and its imbalance
+        waves = math.ceil(o.facts.tasks / c)
+        pack = waves * c / o.facts.tasks
+        out.append(replace(o, facts=facts, phases=phases, wall=o.wall + (1 + truth().imbalance / waves) * pack * extra / c))  # work and its imbalance
     return out
 
 
@@ -420,3 +425,16 @@ def test_a_stage_whose_tasks_found_a_kept_side_pays_only_the_decodes_that_ran() 
     assert phase_calls(facts, "read:cached") == 4
     many = StageFacts("reduce", 4, {"read:exchange-frames-arrow": 1e6}, exchange_reads=48, calls={"read:exchange-frames-arrow": 4})
     assert phase_calls(many, "read:exchange-frames-arrow") == 48  # one per object fetched
+
+
+def test_a_kind_whose_calls_all_move_a_few_bytes_is_priced_per_call() -> None:
+    """A gathered query tail writes a few hundred bytes per call at every scale: what it takes is
+    its fixed cost (read per byte it came out at 1,000 ns/B, and a gather of a few megabytes would
+    have been predicted seconds); a kind moving megabytes per call, as many at every scale, is
+    priced per byte."""
+    calls = np.array([4.0, 12.0, 4.0, 12.0])
+    c, d = per_kind(calls * 300.0, calls, calls * 5e-4)
+    assert math.isnan(c) and d == pytest.approx(5e-4)
+    nbytes = calls * 4e6
+    c, d = per_kind(nbytes, calls, nbytes * 1e-9)
+    assert c == pytest.approx(1e-9) and math.isnan(d)

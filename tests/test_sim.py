@@ -232,16 +232,16 @@ def test_start_up_is_t0_plus_t1_per_wave_and_first_touch_once_per_function() -> 
 
 
 @pytest.mark.parametrize("speculation", [False, True])
-def test_unequal_tasks_end_a_stage_imbalance_times_its_slots_work_later(speculation: bool) -> None:
-    # the model's imbalance term g * (compute + storage), first touch aside: simulated tasks are
-    # equal, real ones are not; speculation (no straggler to back up here) keeps it
+def test_unequal_tasks_end_a_stage_imbalance_times_one_task_s_work_later(speculation: bool) -> None:
+    # the model's imbalance term g * (compute + storage) / waves, first touch aside: simulated
+    # tasks are equal, real ones are not; speculation (no straggler to back up here) keeps it
     profile = calibrated_profile(startup_seconds=0.5, wave_seconds=0.1, concurrency=2, imbalance=0.1)
     platform = platform_of_profile(profile)
     task = TaskIO((), "store", 1, 1.0, (), "store", first_touch=0.25)
     result = Simulation(platform, settings=SimSettings(speculation=speculation), profile=profile).run([StageSpec("s", (task,) * 6)])
     # two functions, 3 waves: t0 + 3 t1, 3 s of compute and 0.25 s of first touch per function,
-    # then 10% of the 3 s
-    assert result.seconds == pytest.approx(0.5 + 3 * 0.1 + 3.0 + 0.25 + 0.1 * 3.0)
+    # then 10% of one task's 1 s
+    assert result.seconds == pytest.approx(0.5 + 3 * 0.1 + 3.0 + 0.25 + 0.1 * 1.0)
 
 
 def test_cloud_platforms_leave_unequal_tasks_to_their_stragglers() -> None:

@@ -77,7 +77,7 @@ def describe(profile: StorageProfile) -> str:
         + (f"first touch {pm('first_touch', profile.first_touch_seconds_per_byte, 1e12, 'ms/GB')} of one task's data (stated, not fitted)" if profile.first_touch_seconds_per_byte else "no first-touch cost (warm functions)")
     )
     if profile.imbalance:
-        lines.append(f"  unequal tasks end a stage {pm('imbalance', profile.imbalance, 1e2, '%')} of its work later than evenly packed ones would")
+        lines.append(f"  unequal tasks end a stage {pm('imbalance', profile.imbalance, 1e2, '%')} of a task's work later than evenly packed ones would")
     else:
         lines.append("  no imbalance term (every stage's tasks taken as equal)")
     lines.append(f"  storage terms: read x{pm('read_scale', profile.read_scale, 1, '')}, write x{pm('write_scale', profile.write_scale, 1, '')} of the grid's")

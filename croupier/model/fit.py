@@ -8,12 +8,12 @@ one is told apart by what measures it directly (issue 15: identifiable terms)::
 
     1. compute per phase kind:       phase wall - request time  =  c_k * bytes + d_k * calls  (per kind)
     2. read and write multipliers:   request time of the phases =  scale * C * grid term  (per direction)
-    3. start-up, waves, imbalance:   stage wall - pack * busy / C  =  t0 + t1 * waves + g * pack * busy / C
+    3. start-up, waves, imbalance:   stage wall - pack * busy / C  =  t0 + t1 * waves + g * pack * busy / (C * waves)
                                      (busy: the measured phase time of all tasks)
 
 Step 1 and 2 read time *inside* the tasks, so no stage-level overhead leaks into them; step 3
 explains what the phases leave of each stage's wall time by three terms, which differ in how
-they grow (not at all; with waves; with the work, as the spread of unequal tasks does). What
+they grow (not at all; with waves; with one task's work, as the spread of unequal tasks does). What
 the phases leave is measured (their wall time, not steps 1-2's fit of it): a fitted phase time
 a few per cent off on a one-second stage is tens of milliseconds, which a fit of the leftovers
 read as negative overhead and pulled t0 and t1 to zero, so that small stages, whose time is
@@ -325,14 +325,20 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
     work = d.pack[rows] * d.busy[rows] / d.c[rows]  # each function's measured phase time
     left = d.wall[rows] - work - touch  # measured, not steps 1-2's fit
-    t0, t1, g = _fit_overheads(left, d.waves[rows], work, d.wall[rows], base)
+    t0, t1, g = _fit_overheads(left, d.waves[rows], work / d.waves[rows], d.wall[rows], base)
     return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
+
+
+#: Bytes per call below which a kind whose calls all move about as much is priced per call.
+SMALL_CALL = 64 << 10
 
 
 def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[float, float]:
     """(c, d) in cpu = c * bytes + d * calls, robustly, >= 0, every observation by its % error.
     When bytes per call hardly vary the two cannot be told apart: then c alone (d NaN), or d
-    alone for a kind that never moves bytes (c NaN)."""
+    alone (c NaN) for a kind that never moves bytes or moves only a few per call (below
+    :data:`SMALL_CALL`: what such a call takes is its fixed cost; read per byte, a gathered
+    query tail of a few hundred bytes per call came out at 1,000 ns/B)."""
     keep = (calls > 0) | (nbytes > 0)
     nbytes, calls, cpu = nbytes[keep], calls[keep], cpu[keep]
     if not len(cpu):
@@ -341,6 +347,8 @@ def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[fl
         return math.nan, robust_ratio(calls, cpu)
     per_call = nbytes[calls > 0] / calls[calls > 0]
     if len(per_call) < 3 or per_call.min() <= 0 or per_call.max() < 2 * per_call.min():
+        if nbytes.sum() < SMALL_CALL * max(calls.sum(), 1.0):
+            return math.nan, robust_ratio(calls, cpu)
         return robust_ratio(nbytes, cpu), math.nan
     a = np.stack([nbytes, calls], axis=1)
     scale = 1.0 / np.maximum(cpu, 1e-4)
@@ -382,8 +390,8 @@ def _fit_scales(d: Design, rows: np.ndarray) -> tuple[float, float]:
 
 
 def _fit_overheads(left: np.ndarray, waves: np.ndarray, work: np.ndarray, wall: np.ndarray, base: StorageProfile) -> tuple[float, float, float]:
-    """t0, t1 and g from what the phases leave of each stage's wall time (``work``: the stage's
-    phase time per function, pack * busy / C): relative least squares (every stage counts by its
+    """t0, t1 and g from what the phases leave of each stage's wall time (``work``: one task's
+    phase time, pack * busy / (C * waves)): relative least squares (every stage counts by its
     % error), non-negative, Huber-reweighted. A term whose regressor does not vary keeps the base
     profile's value (NaN marks it as not identified)."""
     columns = [np.ones_like(waves), waves, work]
@@ -418,7 +426,7 @@ class FitResult:
 
     def describe(self) -> str:
         """Every coefficient with its standard error, and the fit's error."""
-        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "imbalance": ("% of the tasks' work", 1e2), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
+        units = {"t0": ("ms", 1e3), "t1": ("ms", 1e3), "imbalance": ("% of a task's work", 1e2), "read_scale": ("x", 1.0), "write_scale": ("x", 1.0)}
         units |= {k: ("ms per call", 1e3) for k in self.estimates if k.startswith("call:")}
         lines = [f"fit over {self.observations} stages: mean abs error {self.mape:.1f}%, residual spread {100 * self.profile.residual:.1f}% (1 sd)"]
         for name, value in sorted(self.estimates.items(), key=lambda kv: (kv[0].startswith("compute:"), kv[0])):

@@ -7,8 +7,8 @@ objects of s bytes with P requests in flight at once, fitted from measurements a
 
 with a(s) and qmax(s) measured at a few sizes and interpolated log-log in between; plus per-worker
 bandwidths b_r, b_w (bytes/s); compute seconds per byte on one core per phase kind (``compute``);
-stage start-up t0 + t1 * waves; the imbalance g of unequal tasks (a stage ends g times its work
-later than evenly packed tasks would); a first-touch term (fresh memory a cold function's first task
+stage start-up t0 + t1 * waves; the imbalance g of unequal tasks (a stage ends g times one task's
+work later than evenly packed tasks would); a first-touch term (fresh memory a cold function's first task
 pulls in: stated by a platform's profile, never fitted, as warm functions do not pay it); multipliers of
 the read and write terms (what the grid of isolated requests misses about real stages); the
 concurrency the platform allows; and prices (Eq. 4). Every fitted coefficient carries its relative
@@ -102,7 +102,7 @@ class StorageProfile:
     write_scale: float = 1.0  # fitted: multiplier of the write terms
     first_touch_seconds_per_byte: float = 0.0  # stated, not fitted: fresh memory a cold function's first task touches, per byte of that task
     #: fitted: how much later than evenly packed tasks a stage ends because its tasks are unequal
-    #: (the last one of a wave sets the end), as a fraction of its compute and storage time
+    #: (the last one sets the end), as a fraction of one task's compute and storage time
     imbalance: float = 0.0
     concurrency: int = 1000  # functions the platform runs at once
     function_memory: int = 2 << 30

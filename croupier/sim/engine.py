@@ -30,7 +30,7 @@ plan gives, against a :class:`~croupier.sim.platform.Platform` and a storage pro
 Compute per task is the model's (:func:`croupier.model.stage.kind_seconds` of the stage's facts,
 :func:`croupier.model.perf.stage_facts`, over its tasks), and a function's first task also pays
 the model's first-touch term. On a calibrated store's platform a stage ends the profile's
-imbalance (the model's ``g``) times its slots' work after its last simulated task: simulated tasks
+imbalance (the model's ``g``) times one task's work after its last simulated task: simulated tasks
 are equal, real ones are not (a cloud platform's stragglers and speculation model that instead).
 
 Scale: a stage's C = min(tasks, concurrency) function slots are simulated as at most
@@ -547,7 +547,8 @@ class Simulation:
         if self.settings.speculation:
             end = self._speculate(mine_records, end)
         # unequal real tasks, which simulated ones are not: the model's imbalance term
-        return end + self.imbalance * sum(r.work for r in mine_records) / sim_slots
+        waves = -(-len(tasks) // slots)
+        return end + self.imbalance * sum(r.work for r in mine_records) / (sim_slots * waves)
 
     def _speculate(self, records: list[TaskRecord], end: float) -> float:
         """Backup copies for slow tasks once most are done; the stage ends at the last first copy."""
