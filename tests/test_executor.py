@@ -132,7 +132,7 @@ def test_workers_run_polars_with_their_share_of_the_cores(tmp_path: Path) -> Non
 
 
 SHAPES_SCRIPT = """
-import sys
+import os, sys, threading
 from croupier.compute import LocalExecutor
 from croupier.compute.base import Task
 from croupier.config import Config
@@ -142,8 +142,15 @@ if __name__ == "__main__":
     for concurrency in map(int, sys.argv[1:]):
         config = Config(concurrency=concurrency, progress=False)
         with LocalExecutor(config) as executor:
-            found = {r.value for r in executor.map([Task(f"t{i}", pool, ()) for i in range(2)], config)}
-        print(concurrency, sorted(found))
+            tasks = [Task(f"t{i}", pool, ()) for i in range(2)]
+            # first from a thread that then ends (a run's stage threads start workers), then again
+            first = threading.Thread(target=executor.map, args=(tasks, config))
+            first.start()
+            first.join()
+            pids = executor.worker_pids()
+            found = {r.value for r in executor.map(tasks, config)}
+            same = pids == executor.worker_pids()
+        print(concurrency, executor._spawned, same, os.environ.get("POLARS_MAX_THREADS"), sorted(found))
 """
 
 
@@ -165,11 +172,15 @@ def test_executors_of_another_concurrency_in_one_process_give_each_worker_its_sh
     env = {k: v for k, v in os.environ.items() if k not in ("POLARS_MAX_THREADS", *ALLOCATOR_ENV)}
     out = subprocess.run([sys.executable, str(tmp_path / "shapes.py"), str(cores), "1", str(cores), "1"], capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    seen = [line.split(" ", 1) for line in out.stdout.strip().split("\n")]
+    seen = [line.split(" ", 4) for line in out.stdout.strip().split("\n")]
     settings = (ALLOCATOR_ENV["_RJEM_MALLOC_CONF"], ALLOCATOR_ENV["MIMALLOC_PURGE_DELAY"])
-    for (concurrency, found), expected in zip(seen, (cores, 1, cores, 1)):
+    assert len(seen) == 4, out.stdout
+    for (concurrency, spawned, same, driver_threads, found), expected in zip(seen, (cores, 1, cores, 1)):
         values = eval(found)  # noqa: S307 - our own script's print of tuples of numbers and strings
         assert int(concurrency) == expected
+        assert spawned == str(expected != cores), "only the executors of another shape than the fork server's spawn"
+        assert same == "True", "a worker outlives the thread that started it"
+        assert driver_threads == "None", "the driver's environment is left as it was"
         assert [size for size, _, _ in values] == [max(1, cores // expected)], out.stdout
         assert all(jemalloc.endswith(settings[0]) and mimalloc == settings[1] for _, jemalloc, mimalloc in values), out.stdout
 

@@ -152,6 +152,21 @@ def test_profile_roundtrip_and_version_check(tmp_path: Path) -> None:
         StorageProfile.load(tmp_path / "old.json")
 
 
+def test_a_cached_profile_of_another_calibration_workload_is_recalibrated(tmp_path: Path) -> None:
+    """Cached stages measured by another calibration workload, and coefficients that meant other
+    things (an imbalance on all the work), are not reused: the entry reads as missing, so the next
+    run calibrates again and writes over it."""
+    from croupier.model.cache import Entry, ProfileCache
+
+    cache = ProfileCache(tmp_path)
+    path = cache.save(Entry(toy_profile()), "m", "s", 2)
+    assert cache.load("m", "s", 2) is not None
+    data = json.loads(path.read_text())
+    del data["workload"]  # as written before the workload had a number
+    path.write_text(json.dumps(data))
+    assert cache.load("m", "s", 2) is None
+
+
 def test_calibration_grid_measures_a_real_store(store_env: tuple[str, Config]) -> None:
     """A small request grid on the local folder and on SeaweedFS: curves fitted, fit reported, JSON saved."""
     from croupier.compute.local import LocalExecutor

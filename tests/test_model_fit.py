@@ -438,3 +438,7 @@ def test_a_kind_whose_calls_all_move_a_few_bytes_is_priced_per_call() -> None:
     nbytes = calls * 4e6
     c, d = per_kind(nbytes, calls, nbytes * 1e-9)
     assert c == pytest.approx(1e-9) and math.isnan(d)
+    # two observations only (too few to tell per byte from per call), one of megabytes per call
+    few, mixed = np.array([100.0, 1.0]), np.array([100.0 * 300, 4e6])
+    c, d = per_kind(mixed, few, mixed * 1e-9 + few * 5e-4)
+    assert not math.isnan(c) and math.isnan(d)

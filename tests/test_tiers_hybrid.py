@@ -308,6 +308,25 @@ def test_rounds_of_fewer_producers_than_functions_leave_functions_idle() -> None
     assert producers(2, 1)["compute"] == pytest.approx(producers(1, 1)["compute"])  # one function: no round leaves any idle
 
 
+def test_every_round_of_a_hybrid_waits_out_its_own_last_task() -> None:
+    """The imbalance of unequal tasks is one last task's tail (a share of one task's work); a
+    hybrid's rounds are calls of their own, so its producers (unpipelined) and its combiners wait
+    out one tail per round. Pipelined, the producers' tails are the combiners' time."""
+    from croupier.model.tier import predict_on_tier
+
+    slow, fast = replace(StorageProfile.load("seaweedfs-loopback"), imbalance=0.1), FastTierProfile.load("redis-loopback")
+    for pipelined in (False, True):
+        plan = HybridPlan.build(8, 8, 2, pipelined=pipelined)
+        assert plan.rounds == 4
+        for stage, role in zip(predict_on_tier(plan, int(2e9), slow, fast, "hybrid", 2).stages, ("producers", "combiners")):
+            terms = {t.name: t.seconds for t in stage.terms}
+            if pipelined and role == "producers":
+                assert not {"imbalance", "fast-tier imbalance", "rounds imbalance"} & set(terms)
+                continue
+            tail = terms.get("imbalance", 0.0) + terms.get("fast-tier imbalance", 0.0)
+            assert tail > 0 and terms["rounds imbalance"] == pytest.approx(3 * tail), (pipelined, role)
+
+
 def test_the_selector_weighs_a_pipelined_round_against_fewer_fast_requests() -> None:
     """Per P, the hybrid comes pipelined and not: the same exchange, the pipelined one without the
     producers' imbalance and the combiners' start-ups (time), with M * P fast requests instead of

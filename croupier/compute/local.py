@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
-from croupier.compute.orphan import environment_set, start_forkserver_quietly
+from croupier.compute.orphan import ENVIRONMENT_LOCK, environment_set, sigint_ignored, start_forkserver_quietly
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.mainguard import main_module_hidden
 from croupier.compute.speculation import choose_backups
@@ -87,8 +87,7 @@ class LocalExecutor(Executor):
         self.backups = 0
         self.retired = 0
         self._rng = random.Random(seed)
-        self._ctx: Any = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["croupier.compute.worker"])
+        mp.get_context("forkserver").set_forkserver_preload(["croupier.compute.worker"])
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
         # Polars sizes its thread pool, and its allocator and Arrow's read their settings, when
         # they are loaded, and the fork server has loaded them (preloading the workers' modules)
@@ -96,11 +95,12 @@ class LocalExecutor(Executor):
         # (issue 12, promise 6: no fork-server traceback on Ctrl-C). One fork server serves the
         # whole process, so an executor of another thread count than the one that started it
         # (concurrency 2 after concurrency 1: one Polars thread per worker where two were due,
-        # or twice the cores) starts its workers fresh instead, each with its own settings.
-        environment = worker_environment(os.environ, self._threads)
-        self._spawned_with: dict[str, str] | None = None
-        if not start_forkserver_quietly(environment):
-            self._ctx, self._spawned_with = mp.get_context("spawn"), environment
+        # or twice the cores) spawns its workers instead, each with its own settings: a cold
+        # interpreter that imports Polars, about 0.6 s a worker where a fork takes 0.05 s, paid
+        # again by each worker that replaces one (a retired or a dead one).
+        with ENVIRONMENT_LOCK:  # another executor's workers may be starting with their settings
+            self._environment = worker_environment(os.environ, self._threads)
+            self._spawned = not start_forkserver_quietly(self._environment)
         self._workers: list[_Worker] = []
         self._next_wid = 0
         self._lock = threading.RLock()  # one map at a time: runs of one session may share the pool
@@ -111,17 +111,24 @@ class LocalExecutor(Executor):
             self._ensure_workers(self.config.concurrency)
 
     def _start_worker(self) -> _Worker:
-        parent, child = self._ctx.Pipe(duplex=True)
+        # the fork server may have died and been restarted (by multiprocessing) without the settings
+        self._spawned = self._spawned or not start_forkserver_quietly(self._environment)
+        ctx = mp.get_context("spawn" if self._spawned else "forkserver")
+        parent, child = ctx.Pipe(duplex=True)
         wid = self._next_wid
         self._next_wid += 1
-        proc = self._ctx.Process(
+        proc = ctx.Process(
             target=worker_main,
-            args=(child, wid, self.config.function_memory, self._threads),
+            args=(child, wid, self.config.function_memory, self._threads, self._spawned),
             name=f"croupier-fn-{wid}",
             daemon=True,
         )
-        with main_module_hidden(), environment_set(self._spawned_with or {}):  # workers never re-run the user's script (no __main__ guard needed)
-            proc.start()
+        with main_module_hidden():  # workers never re-run the user's script (no __main__ guard needed)
+            if self._spawned:
+                with environment_set(self._environment), sigint_ignored():
+                    proc.start()
+            else:
+                proc.start()
         child.close()
         return _Worker(wid, proc, parent)
 

@@ -27,11 +27,16 @@ POLL_SECONDS = 0.2
 _PR_SET_PDEATHSIG = 1
 
 
-def guard_worker(poll: float = POLL_SECONDS) -> None:
-    """Make this worker process ignore Ctrl-C and exit quietly when its parent dies."""
+def guard_worker(poll: float = POLL_SECONDS, spawned: bool = False) -> None:
+    """Make this worker process ignore Ctrl-C and exit quietly when its parent dies.
+
+    ``spawned``: started by a driver thread, not by the fork server (see :func:`sigint_ignored`):
+    the kernel's parent-death signal is not asked for, because it fires when the *thread* that
+    started the process ends (a run's stage threads start replacement workers), not only with the
+    driver; the watcher thread still ends it with the driver."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
-    if sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux") and not spawned:
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
@@ -73,29 +78,31 @@ def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> bo
                 forkserver.ensure_running()
             finally:
                 signal.signal(signal.SIGINT, previous)
-        if _server_pid(forkserver) != before or (before is None and _STARTED_WITH is None):
-            _STARTED_WITH = added  # (re)started just now, with these values
-    return _STARTED_WITH is not None and all(_STARTED_WITH.get(k) == v for k, v in added.items())
+        now = _server_pid(forkserver)
+        if (now != before or before is None) and (_STARTED_WITH is None or _STARTED_WITH[0] != now):
+            _STARTED_WITH = (now, added)  # (re)started just now, with these values
+        return _STARTED_WITH is not None and _STARTED_WITH[0] == now and _STARTED_WITH[1] == added
 
 
-#: The variables the running fork server was started with by :func:`start_forkserver_quietly`
-#: (None: not started by it).
-_STARTED_WITH: dict[str, str] | None = None
+#: (process id, variables) of the fork server :func:`start_forkserver_quietly` last started; a
+#: server with another process id was started by someone else, or restarted without them.
+_STARTED_WITH: tuple[int | None, dict[str, str]] | None = None
 
 
 def _server_pid(forkserver: Any) -> int | None:
     """The fork server's process id, None when it is not running (``multiprocessing`` keeps it in
     a private attribute; were that to go, only the first start would count as one, and a server
     restarted after dying would be taken for the first one's settings)."""
+    # (ensure_running restarts a server that died, and LocalExecutor asks before every worker)
     return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
 
 
 @contextmanager
 def environment_set(added: Mapping[str, str]) -> Iterator[None]:
     """Within the block, ``os.environ`` has ``added`` (processes started in it inherit them);
-    the previous values come back after. One block at a time: two executors starting processes
-    at once must not save each other's values."""
-    with _ENVIRONMENT_LOCK:
+    the previous values come back after. One block at a time (:data:`ENVIRONMENT_LOCK`): two
+    executors starting processes at once must not save each other's values."""
+    with ENVIRONMENT_LOCK:
         saved = {k: os.environ.get(k) for k in added}
         os.environ.update(added)
         try:
@@ -108,4 +115,25 @@ def environment_set(added: Mapping[str, str]) -> Iterator[None]:
                     os.environ[key] = value
 
 
-_ENVIRONMENT_LOCK = threading.Lock()
+#: Held while the environment is changed for a process to start, or read to decide what to set
+#: (re-entrant: the executor reads and starts under one hold).
+ENVIRONMENT_LOCK = threading.RLock()
+
+
+@contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Within the block, Ctrl-C is ignored, so a process spawned in it starts ignoring it (an
+    ignored signal stays ignored across exec; a blocked one does not stay blocked there): a
+    spawned worker imports Python's and Croupier's modules before any of its code runs, and a
+    Ctrl-C then was a traceback per worker. Not quite all of that time: importing Polars installs
+    its own handler, so a Ctrl-C after that and before :func:`guard_worker` still is. Only the main
+    thread may change it; elsewhere (a replacement worker started by a run's stage thread) the
+    block does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -188,9 +188,9 @@ def _current_rss() -> int:
         return 0
 
 
-def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: int) -> None:
-    """Serve tasks from ``conn`` until told to stop."""
-    guard_worker()  # exit quietly when the driver dies; leave Ctrl-C to the driver
+def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: int, spawned: bool = False) -> None:
+    """Serve tasks from ``conn`` until told to stop (``spawned``: see :func:`guard_worker`)."""
+    guard_worker(spawned=spawned)  # exit quietly when the driver dies; leave Ctrl-C to the driver
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
     import pyarrow
 

@@ -65,6 +65,13 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "unnamed"
 
 
+#: The calibration workload and stage model a cached entry was made for. An entry of another is
+#: recalibrated: its stages were measured by another workload, and its coefficients mean other
+#: things (2: the imbalance is a share of one task's work, the per-wave cost is measured on busy
+#: functions, the workload gathers a query's tail).
+WORKLOAD = 2
+
+
 @dataclass
 class Entry:
     """A cached profile and the observations it was fitted to."""
@@ -75,6 +82,7 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "workload": WORKLOAD,
             "profile": json.loads(self.profile.to_json()),
             "calibration": [o.to_dict() for o in self.calibration],
             "history": [o.to_dict() for o in self.history],
@@ -82,6 +90,8 @@ class Entry:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Entry:
+        if data.get("workload", 1) != WORKLOAD:
+            raise ConfigError(f"cached profile of calibration workload {data.get('workload', 1)}, expected {WORKLOAD}: recalibrate")
         return cls(
             StorageProfile.from_dict(data["profile"]),
             [Observation.from_dict(o) for o in data.get("calibration", [])],

@@ -329,7 +329,8 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
 
 
-#: Bytes per call below which a kind whose calls all move about as much is priced per call.
+#: Bytes per call below which a kind whose calls all move about as much is priced per call (every
+#: call of it below: a few calls of megabytes among many small ones are not fixed costs).
 SMALL_CALL = 64 << 10
 
 
@@ -347,7 +348,7 @@ def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[fl
         return math.nan, robust_ratio(calls, cpu)
     per_call = nbytes[calls > 0] / calls[calls > 0]
     if len(per_call) < 3 or per_call.min() <= 0 or per_call.max() < 2 * per_call.min():
-        if nbytes.sum() < SMALL_CALL * max(calls.sum(), 1.0):
+        if len(per_call) and per_call.max() < SMALL_CALL:
             return math.nan, robust_ratio(calls, cpu)
         return robust_ratio(nbytes, cpu), math.nan
     a = np.stack([nbytes, calls], axis=1)

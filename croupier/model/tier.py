@@ -473,6 +473,9 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
         if tier == "hybrid" and stage.reads in (None, 0) and plan.rounds > 1:  # the rounds: each its own executor call
             extra = _rounds_startup(plan, stage.reads, slow, c)
             terms += (Term("rounds start-up", extra, f"{plan.rounds} rounds of producers and of combiners", ()),)
+            tails = (plan.rounds - 1) * sum(t.seconds for t in terms if t.name in ("imbalance", "fast-tier imbalance"))
+            if tails:  # the imbalance is one last task's tail; each round waits out its own
+                terms += (Term("rounds imbalance", tails, f"each of {plan.rounds} rounds ends with its own last task", (("imbalance", tails),)),)
         if tier == "hybrid" and plan.pipelined and stage.reads in (None, 0):  # not the consumers: they run after every round
             terms = _pipelined(terms, stage.reads)
         spread = dict(base.spread)
@@ -523,7 +526,7 @@ def _pipelined(terms: tuple[Any, ...], reads: int | None) -> tuple[Any, ...]:
     producers finish, in the same executor call, so the producers' imbalance (the tail of their
     last wave, which an unpipelined round waits out) is the combiners' time, and the combiners
     pay no start-up of their own, in any round."""
-    gone = ("imbalance", "fast-tier imbalance") if reads is None else ("start-up", "rounds start-up")
+    gone = ("imbalance", "fast-tier imbalance", "rounds imbalance") if reads is None else ("start-up", "rounds start-up")
     return tuple(t for t in terms if t.name not in gone)
 
 
