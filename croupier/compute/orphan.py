@@ -70,14 +70,8 @@ def start_forkserver_quietly(environment: Mapping[str, str] | None = None) -> bo
     added = dict(environment or {})
     with environment_set(added):
         before = _server_pid(forkserver)
-        if threading.current_thread() is not threading.main_thread():
+        with sigint_ignored():
             forkserver.ensure_running()
-        else:
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
-                forkserver.ensure_running()
-            finally:
-                signal.signal(signal.SIGINT, previous)
         now = _server_pid(forkserver)
         if (now != before or before is None) and (_STARTED_WITH is None or _STARTED_WITH[0] != now):
             _STARTED_WITH = (now, added)  # (re)started just now, with these values
