@@ -23,6 +23,15 @@ from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns,
 AGG_FUNCTIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len")
 
 
+def contiguous(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with one chunk per column. Scans hand on one chunk per row group, which filters and
+    aggregates take as they are (a filter ran 2x faster than on the frame made contiguous), but
+    operators that gather rows by index do not: a join of 1.5M rows in 18 chunks took 130 ms,
+    copying them into one first and joining 75 ms; gathering them into exchange buckets 186 ms
+    against 65 ms."""
+    return df.rechunk() if df.n_chunks() > 1 else df
+
+
 class Operator(ABC):
     """One step of a stage's pipeline.
 
@@ -234,7 +243,7 @@ class HashJoin(Operator):
         return (self.side,)
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-        right = sides[self.side]
+        df, right = contiguous(df), contiguous(sides[self.side])
         if self.how == "cross":
             return df.join(right, how="cross", suffix=self.suffix)
         return df.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce)  # type: ignore[arg-type]
@@ -258,7 +267,7 @@ class Sort(Operator):
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         nulls = list(self.nulls_last) if isinstance(self.nulls_last, tuple) else self.nulls_last
-        return df.sort([e.to_polars() for e in self.by], descending=list(self.descending), nulls_last=nulls, maintain_order=True)
+        return contiguous(df).sort([e.to_polars() for e in self.by], descending=list(self.descending), nulls_last=nulls, maintain_order=True)
 
     def describe(self) -> str:
         keys = ", ".join(f"{e.show()}{' desc' if d else ''}" for e, d in zip(self.by, self.descending))
@@ -295,7 +304,7 @@ class Window(Operator):
     nulls_last: bool = False
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-        return df.with_columns(window_exprs(self.exprs, self.partition_by, self.order_by, self.descending, self.nulls_last))
+        return contiguous(df).with_columns(window_exprs(self.exprs, self.partition_by, self.order_by, self.descending, self.nulls_last))
 
     def describe(self) -> str:
         order = f" order by {', '.join(self.order_by)}" if self.order_by else ""

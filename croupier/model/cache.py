@@ -68,8 +68,9 @@ def _safe(text: str) -> str:
 #: The calibration workload and stage model a cached entry was made for. An entry of another is
 #: recalibrated: its stages were measured by another workload, and its coefficients mean other
 #: things (2: the imbalance is a share of one task's work, the per-wave cost is measured on busy
-#: functions, the workload gathers a query's tail).
-WORKLOAD = 2
+#: functions, the workload gathers a query's tail; 3: a local folder's Parquet is decoded in place,
+#: and scans hand on a chunk per row group, so reads measured before cost a third more).
+WORKLOAD = 3
 
 
 @dataclass

@@ -204,7 +204,8 @@ class FrameCodec:
         if buckets > 1:
             # a stable sort of small integers: numpy's radix sort (7x faster than on int64)
             order = np.argsort(bucket.astype(np.uint16 if buckets <= 1 << 16 else np.uint32), kind="stable")
-            df = df[order]
+            # gathered from one chunk per column: from a scan's chunk per row group it took 3x as long
+            df = (df.rechunk() if df.n_chunks() > 1 else df)[order]
             counts = np.bincount(bucket, minlength=buckets)
         else:
             counts = np.array([df.height])

@@ -99,6 +99,12 @@ class Backend(ABC):
         stores have no folders, only keys: the default has none."""
         return []
 
+    def open_local(self, key: str) -> int | None:
+        """A read-only file descriptor of the object at ``key`` when it is a file on this machine
+        (a decoder then reads the parts it needs in place, with no copy), else None (the default:
+        objects are fetched by request). The caller closes it."""
+        return None
+
     def close(self) -> None:
         """Release connections or handles; the default has none."""
 

@@ -122,6 +122,12 @@ class LocalBackend(Backend):
     def get_range(self, key: str, start: int, end: int) -> Buffer:
         return self._read(key, start, end)
 
+    def open_local(self, key: str) -> int | None:
+        try:
+            return os.open(self._path(key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise _translate(exc, self.url, key) from exc
+
     def _read(self, key: str, start: int, end: int | None) -> Buffer:
         """Read [start, end) (end=None: to the end) into fresh, non-zeroed memory.
 

@@ -183,6 +183,19 @@ class Store:
             return [self.get_range(key, s, e) for s, e in ranges]
         return list(shared_pool("range", RANGE_FETCH_THREADS).map(lambda r: self.get_range(key, r[0], r[1]), ranges))
 
+    def open_local(self, key: str) -> int | None:
+        """A read-only file descriptor of the object at ``key`` when the backend keeps objects as
+        files on this machine (counted as one OPEN request, retried like any), else None. The
+        caller closes it, and records the bytes it reads with :meth:`record_local_read`."""
+        if type(self.backend).open_local is Backend.open_local:
+            return None
+        return self._run("OPEN", key, lambda: self.backend.open_local(self.prefix + key), lambda _: 0)
+
+    def record_local_read(self, nbytes: int) -> None:
+        """Count ``nbytes`` read in place from a file :meth:`open_local` opened (``READ_LOCAL``: not
+        a request to the store, so not in ``bytes_read``, which the storage model prices)."""
+        self.stats.record("READ_LOCAL", nbytes, requests=0)
+
     def head(self, key: str) -> ObjectInfo:
         """Return the key, size and version of one object."""
         info = self._run("HEAD", key, lambda: self.backend.head(self.prefix + key), lambda _: 0)
