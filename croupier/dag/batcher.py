@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from croupier.compute.base import Task, TaskResult
 from croupier.dag.run import Run
 
 
 class Batcher:
-    """Merges executor calls made at about the same time from several stage threads into one."""
+    """Merges executor calls made at about the same time from several stage threads into one.
 
+    A call that finds no batch running starts one, after waiting (at most ``LINGER``) for the
+    calls of other stages that are ready to run but still preparing their tasks, as ``coming``
+    says: stages that became ready together (the consumers of one producer) then share the
+    functions, while a stage nothing else is about to join starts at once. (A fixed wait of 5 ms
+    before every call was a fifth of a short query's time: TPC-H Q11 runs six stages one after
+    another.) Without ``coming``, every batch waits the whole ``LINGER``.
+    """
+
+    #: Longest a batch waits for the calls of stages still preparing theirs.
     LINGER = 0.005
+    #: How often the wait looks again at whether a stage is still coming.
+    POLL = 0.0005
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, coming: Callable[[set[str]], bool] | None = None) -> None:
         self._run = run
+        self._coming = coming
         self._cond = threading.Condition()
         self._queue: list[dict[str, Any]] = []
         self._busy = False
+        self._seen: set[str] = set()  # names of the stages whose calls have been queued
 
     def map(self, name: str, tasks: list[Task]) -> list[TaskResult]:
         """Run one stage's tasks; return their results in order."""
@@ -30,6 +43,8 @@ class Batcher:
         request: dict[str, Any] = {"parts": parts, "done": False}
         with self._cond:
             self._queue.append(request)
+            self._seen.update(name for name, _ in parts)
+            self._cond.notify_all()  # a batch waiting for this stage's call can go
             while not request["done"]:
                 if not self._busy:
                     self._busy = True
@@ -38,8 +53,8 @@ class Batcher:
             else:
                 return self._outcome(request)
         try:
-            time.sleep(self.LINGER)
             with self._cond:
+                self._linger()
                 batch, self._queue = self._queue, []
             self._run_batch(batch)
         finally:
@@ -47,6 +62,14 @@ class Batcher:
                 self._busy = False
                 self._cond.notify_all()
         return self._outcome(request)
+
+    def _linger(self) -> None:
+        """Wait (holding the condition) up to LINGER while another stage's call is coming."""
+        deadline = time.monotonic() + self.LINGER
+        while (left := deadline - time.monotonic()) > 0:
+            if self._coming is not None and not self._coming(set(self._seen)):
+                return
+            self._cond.wait(min(left, self.POLL))
 
     @staticmethod
     def _outcome(request: dict[str, Any]) -> list[list[TaskResult]]:

@@ -71,9 +71,10 @@ class DagRunner:
         self._futures: dict[int, Future[StageOutput]] = {}
         self._names: set[str] = set()
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="croupier-stage")
-        self._batcher = Batcher(run)
+        self._stages: dict[int, Stage] = {}
         self._lock = threading.Lock()
         self._deferred: set[int] = set()
+        self._batcher = Batcher(run, self._coming)
         self.scans = ScanPlanner(self.config, run)
         self.tiers = Tiers(run, self.tmp_url)
         self.exchanges = Exchanges(run, self.tmp_url, self.binder, self._batcher, self.scans, self._predict, self.tiers)
@@ -87,6 +88,7 @@ class DagRunner:
             if stage.name in self._names:
                 raise ConfigError(f"two stages are named {stage.name!r}; stage names must be unique within a job")
             self._names.add(stage.name)
+            self._stages[id(stage)] = stage
         for dep in stage.inputs():
             self.submit(dep.stage)
         with self._lock:
@@ -101,6 +103,19 @@ class DagRunner:
     def result(self, stage: Stage) -> StageOutput:
         """Wait for ``stage`` (submitting it if needed) and return its output."""
         return self.submit(stage).result()
+
+    def _coming(self, queued: set[str]) -> bool:
+        """Whether a stage is ready to run (all its inputs done) but has not queued its executor
+        call yet (its name is not among ``queued``): a batch about to start waits for it."""
+        with self._lock:
+            waiting = [(self._stages[key], future) for key, future in self._futures.items() if key not in self._deferred and not future.done()]
+            for stage, _ in waiting:
+                if stage.name in queued:
+                    continue
+                inputs = [self._futures.get(id(i.stage)) for i in stage.inputs()]
+                if all(f is not None and f.done() for f in inputs):
+                    return True
+        return False
 
     def wait_all(self) -> None:
         """Wait until no stage is running (errors ignored: used before cleanup). A stage that runs
