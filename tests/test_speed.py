@@ -77,6 +77,39 @@ profiles.LEARNER.add({folder!r}, {key!r}, entry, entry.history[:1])  # queued fo
     assert last is not None and last.profile.revision == 4 and len(last.history) == 2 * len(observations) + 2
 
 
+def test_the_learner_refits_between_runs_not_beside_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued refit waits while a run of the process is under way (its CPU would slow the
+    run's scheduling), and is written once none is; a waiter hurries it as before."""
+    import time
+
+    from croupier.dag import profiles
+
+    config = Config(concurrency=1, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    frame = _frame(tmp_path, config)
+    before = profiles.active_runs()  # runs other tests left unclosed count until collected
+    frame.collect()
+    assert frame.last_run is not None and profiles.active_runs() == before, "a finished run is not counted"
+    observations = observations_from_report(frame.last_run.report, 1, "r")
+    folder, key = str(tmp_path / "cache"), ("m", "local-test", 1)
+    base = Entry(profile_for(config, config.tmp_url or ""))
+    running = [1]
+    monkeypatch.setattr(profiles, "active_runs", lambda: running[0])
+    learner = Learner(interval=0.0)
+    learner.add(folder, key, base, observations)
+    time.sleep(1.0)  # ten looks at the runs: one is under way, so nothing is written
+    assert ProfileCache(folder).load(*key) is None
+    running[0] = 0
+    deadline = time.monotonic() + 30
+    while ProfileCache(folder).load(*key) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ProfileCache(folder).load(*key) is not None, "written once no run was under way"
+    running[0] = 1
+    learner.add(folder, key, base, observations)
+    assert learner.wait(60), "a waiter does not wait for the runs to end"
+    after = ProfileCache(folder).load(*key)
+    assert after is not None and after.profile.revision == 2
+
+
 def _requests(io: object, kind: str) -> int:
     stats = getattr(io, "kinds").get(kind)
     return stats.requests if stats is not None else 0

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from croupier.dag.run import Run
+from croupier.dag.run import Run, active_runs
 from croupier.errors import CroupierError
 from croupier.model.cache import Entry, ProfileCache, learn, machine_id, store_key
 from croupier.model.fit import Observation, observations_from_report
@@ -36,6 +36,10 @@ from croupier.storage.location import parse_location
 LOG = logging.getLogger("croupier")
 #: Seconds between two refits of the cached profiles (runs finishing in between are refitted together).
 LEARN_INTERVAL = 5.0
+#: Longest a queued refit waits for the process's runs to end (back-to-back runs get it anyway),
+#: and how often it looks.
+IDLE_WAIT = 60.0
+IDLE_POLL = 0.1
 
 
 class RunProfile:
@@ -114,7 +118,9 @@ class Learner:
     A refit costs a fraction of a second of the driver's CPU — as much as a small query — so it
     runs at most once per ``interval`` seconds: runs that finish in between queue their
     observations per cache file, and the next refit takes them all (one fit and one file write
-    for many small queries). Each refit starts from the entry in the cache file as it is then
+    for many small queries). It also waits (up to ``IDLE_WAIT``) until no run of the process is
+    under way: a refit of 0.3-0.6 s beside a run took the driver's CPU (and a core the run's
+    functions use) from its scheduling; between runs, as a person looks at a result, it is free. Each refit starts from the entry in the cache file as it is then
     (no queued run's stages are lost; a newer calibration is kept), or from the run's entry when
     the file is gone. :meth:`wait` writes what is queued without waiting out the interval; the
     process's learner does so at interpreter exit. A cache that cannot be written is skipped
@@ -128,10 +134,13 @@ class Learner:
         self._busy = False
         self._hurry = 0  # callers of wait(): refit now
         self._last = -math.inf  # time.monotonic() at the end of the last refit
+        self._queued = -math.inf  # time.monotonic() when the queue last became non-empty
 
     def add(self, folder: str, key: tuple[str, str, int], entry: Entry, observations: list[Observation]) -> None:
         """Queue ``observations`` for the profile cached under ``folder`` at ``key``."""
         with self._lock:
+            if not self._pending:
+                self._queued = time.monotonic()
             self._pending.setdefault((folder, key), _Pending(entry)).observations.extend(observations)
             if not self._busy:
                 self._busy = True
@@ -155,9 +164,14 @@ class Learner:
                         self._busy = False
                         self._lock.notify_all()
                         return
-                    delay = self._last + self.interval - time.monotonic()
+                    now = time.monotonic()
+                    delay = self._last + self.interval - now
                     if delay > 0 and not self._hurry:
                         self._lock.wait(delay)
+                        continue
+                    waited = now - self._queued
+                    if active_runs() and waited < IDLE_WAIT and not self._hurry:
+                        self._lock.wait(min(IDLE_POLL, IDLE_WAIT - waited))
                         continue
                     (folder, key), pending = self._pending.popitem()
                 try:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import uuid
+import weakref
 from typing import Sequence
 
 from tqdm import tqdm
@@ -28,6 +30,22 @@ from croupier.storage import IOStats, Store, open_store
 from croupier.storage.commit import OutputCommit
 from croupier.storage.lease import TMP_FOLDER, LeaseKeeper, RunTemp
 from croupier.storage.location import Location, parse_location
+
+
+#: Runs of this process that have not finished (the profile learner refits between them).
+_ACTIVE = 0
+_ACTIVE_LOCK = threading.Lock()
+
+
+def active_runs() -> int:
+    """How many runs of this process are under way (see :class:`croupier.dag.profiles.Learner`)."""
+    return _ACTIVE
+
+
+def _count_run(delta: int) -> None:
+    global _ACTIVE
+    with _ACTIVE_LOCK:
+        _ACTIVE += delta
 
 
 def make_executor(config: Config) -> Executor:
@@ -71,6 +89,8 @@ class Run:
         self.keeper = LeaseKeeper(self.config.lease / 3)
         self._temps: list[RunTemp] = []
         self._volatile: set[int] = set()  # ids of temps on volatile stores (see open_tmp)
+        _count_run(+1)  # among the active runs until closed (or dropped unclosed)
+        self._uncount = weakref.finalize(self, _count_run, -1)
 
     def store(self, url: str | Location) -> Store:
         """A driver-side store for ``url``; its requests count as the ``driver`` stage."""
@@ -198,6 +218,7 @@ class Run:
 
     def close(self) -> None:
         """Stop the lease keeper and the executor (if this run created it); close driver stores."""
+        self._uncount()  # once: a finalizer runs at most once
         self.keeper.stop()
         if self._own_executor:
             self.executor.close()
