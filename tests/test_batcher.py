@@ -71,3 +71,18 @@ def test_a_call_no_other_stage_is_coming_for_starts_at_once(tmp_path: Path, monk
         assert run.report.stage("a").shared == ()
     finally:
         run.close()
+
+
+def test_a_stage_making_its_exchange_calls_is_not_waited_for_by_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage binding its input runs the exchange's levels as calls of their own labels
+    ("s1 level 2"); they are the stage's calls, so the batch does not wait for the stage."""
+    monkeypatch.setattr(Batcher, "LINGER", 60.0)
+    run, calls = _run(tmp_path)
+    try:
+        batcher = Batcher(run, lambda queued: "s1" not in queued, lambda: "s1")
+        thread, got = _in_thread(lambda: batcher.map("s0 level 2", [Task("l-0", _double, (7,))]))
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the level's call waited for the stage that made it"
+        assert [r.value for r in got["value"]] == [14] and calls == [["l-0"]]
+    finally:
+        run.close()

@@ -323,3 +323,14 @@ def test_a_local_file_replaced_by_one_of_another_size_fails_naming_it(tmp_path: 
     pq.write_table(_table().slice(0, 4000), path, row_group_size=1000)  # 4 row groups of the 5 planned
     with pytest.raises(InputError, match=r"t\.parquet: is [\d,]+ bytes, but was [\d,]+ when the query was planned"):
         read_split(store, spec, splits[0], pl.Schema({"k": schema["k"]}))
+
+
+def test_operators_that_gather_rows_get_one_chunk_per_column_whatever_the_first_column() -> None:
+    """Scans hand on a chunk per row group; joins, sorts, windows and exchange buckets make every
+    column contiguous first, also when the first column is whole (a literal added after the scan)."""
+    from croupier.dag.operators import contiguous
+
+    parts = [pl.DataFrame({"a": [i, i + 1], "b": ["x", "y"]}) for i in range(3)]
+    df = pl.concat(parts, rechunk=False).with_columns(pl.lit(1).alias("c")).select("c", "a", "b")
+    assert df.n_chunks("all")[0] == 1 and max(df.n_chunks("all")) > 1, "the case this test is about"
+    assert contiguous(df).n_chunks("all") == [1, 1, 1] and contiguous(df).equals(df)

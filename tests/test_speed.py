@@ -80,13 +80,15 @@ profiles.LEARNER.add({folder!r}, {key!r}, entry, entry.history[:1])  # queued fo
 def test_the_learner_refits_between_runs_not_beside_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A queued refit waits while a run of the process is under way (its CPU would slow the
     run's scheduling), and is written once none is; a waiter hurries it as before."""
+    import gc
     import time
 
     from croupier.dag import profiles
 
     config = Config(concurrency=1, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
     frame = _frame(tmp_path, config)
-    before = profiles.active_runs()  # runs other tests left unclosed count until collected
+    gc.collect()  # runs other tests left unclosed count until collected: not during this test
+    before = profiles.active_runs()
     frame.collect()
     assert frame.last_run is not None and profiles.active_runs() == before, "a finished run is not counted"
     observations = observations_from_report(frame.last_run.report, 1, "r")

@@ -26,9 +26,10 @@ class Batcher:
     #: How often the wait looks again at whether a stage is still coming.
     POLL = 0.0005
 
-    def __init__(self, run: Run, coming: Callable[[set[str]], bool] | None = None) -> None:
+    def __init__(self, run: Run, coming: Callable[[set[str]], bool] | None = None, owner: Callable[[], str | None] | None = None) -> None:
         self._run = run
         self._coming = coming
+        self._owner = owner  # the stage the calling thread runs (its exchange levels and rounds are its calls)
         self._cond = threading.Condition()
         self._queue: list[dict[str, Any]] = []
         self._busy = False
@@ -44,6 +45,9 @@ class Batcher:
         with self._cond:
             self._queue.append(request)
             self._seen.update(name for name, _ in parts)
+            owner = self._owner() if self._owner is not None else None
+            if owner is not None:
+                self._seen.add(owner)
             self._cond.notify_all()  # a batch waiting for this stage's call can go
             while not request["done"]:
                 if not self._busy:

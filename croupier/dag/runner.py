@@ -74,7 +74,8 @@ class DagRunner:
         self._stages: dict[int, Stage] = {}
         self._lock = threading.Lock()
         self._deferred: set[int] = set()
-        self._batcher = Batcher(run, self._coming)
+        self._running = threading.local()  # .stage: the name of the stage this thread runs
+        self._batcher = Batcher(run, self._coming, lambda: getattr(self._running, "stage", None))
         self.scans = ScanPlanner(self.config, run)
         self.tiers = Tiers(run, self.tmp_url)
         self.exchanges = Exchanges(run, self.tmp_url, self.binder, self._batcher, self.scans, self._predict, self.tiers)
@@ -162,6 +163,15 @@ class DagRunner:
 
     # --- one stage -----------------------------------------------------------------------------
     def _run_stage(self, stage: Stage) -> StageOutput:
+        # the executor calls this thread makes (its inputs' exchange levels and rounds included)
+        # are this stage's: no batch waits for it while it makes them
+        self._running.stage = stage.name
+        try:
+            return self._run_stage_as_owner(stage)
+        finally:
+            self._running.stage = None
+
+    def _run_stage_as_owner(self, stage: Stage) -> StageOutput:
         if isinstance(stage.source, ExchangeInput) and _eager(stage.source.stage):
             return self._run_fused(stage)
         inputs = {id(i.stage): self._futures[id(i.stage)].result() for i in stage.inputs()}

@@ -447,12 +447,14 @@ def _in_place(store: Store, split: Split, fd: int) -> Iterator[tuple[str, pq.Fil
     and its footer: Polars reads the column chunks it needs straight from it, where copying them
     into a scratch file first (:func:`_sparse_copy`) took a quarter of reading TPC-H's lineitem.
     The footer and the decoder read the one opened file, even if the object is replaced meanwhile;
-    a file whose size is not the one planned was replaced since, and is refused."""
+    a file whose size is not the one planned was replaced since, and is refused. (Polars maps the
+    file: one truncated in place by another program while it is decoded ends the worker, and the
+    task's retry refuses it by its size; Croupier's own writes replace files whole.)"""
     try:
         size = os.fstat(fd).st_size
         if size != split.size:
             raise InputError(f"{split.where}: is {size:,} bytes, but was {split.size:,} when the query was planned (was the file replaced while the query ran?)")
-        path = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else split.where.removeprefix("file://")
+        path = f"/proc/self/fd/{fd}"  # the opened file itself (only where /proc is: see _read_parquet)
         meta = pq.read_metadata(path)  # a bad file: read_split names it
         if any(r >= meta.num_row_groups for r in split.row_groups):
             raise InputError(f"{split.where}: has {meta.num_row_groups} row groups, but the plan read row group {max(split.row_groups)} (was the file replaced while the query ran?)")
@@ -464,7 +466,9 @@ def _in_place(store: Store, split: Split, fd: int) -> Iterator[tuple[str, pq.Fil
 
 def _read_parquet(store: Store, split: Split, schema: pl.Schema) -> pl.DataFrame:
     columns = list(schema)
-    fd = store.open_local(split.key)
+    # in place where the decoder can open the very file the store opened (Linux' /proc/self/fd);
+    # elsewhere the file's name could name a replacement by the time it is decoded
+    fd = store.open_local(split.key) if os.path.isdir("/proc/self/fd") else None
     source = _sparse_copy(store, split, columns) if fd is None else _in_place(store, split, fd)
     with source as (path, meta):
         names = meta.schema.to_arrow_schema().names

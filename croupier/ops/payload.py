@@ -205,7 +205,7 @@ class FrameCodec:
             # a stable sort of small integers: numpy's radix sort (7x faster than on int64)
             order = np.argsort(bucket.astype(np.uint16 if buckets <= 1 << 16 else np.uint32), kind="stable")
             # gathered from one chunk per column: from a scan's chunk per row group it took 3x as long
-            df = (df.rechunk() if df.n_chunks() > 1 else df)[order]
+            df = (df.rechunk() if max(df.n_chunks("all"), default=1) > 1 else df)[order]
             counts = np.bincount(bucket, minlength=buckets)
         else:
             counts = np.array([df.height])

@@ -48,6 +48,7 @@ physical planner can compute it once.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def infer_cached(what: str, run: Callable[[], pl.DataFrame], op: str, inputs: Se
     group one: inferring was a fifth of the driver's work on TPC-H. A key that cannot be made
     (an expression Polars cannot serialise) infers every time; errors are never remembered."""
     try:
-        key = (op, params, tuple(tuple(s.items()) for s in inputs), tuple(e.meta.serialize() for e in exprs))
+        digests = tuple(hashlib.blake2b(e.meta.serialize(), digest_size=20).digest() for e in exprs)  # an is_in of 1M values is 8 MB
+        key = (op, params, tuple(tuple(s.items()) for s in inputs), digests)
         hash(key)
     except Exception:  # noqa: BLE001 - any failure to key it only means no remembering
         return infer(what, run)
