@@ -21,8 +21,9 @@ def _double(ctx: Any, x: int) -> int:
 
 
 def _run(tmp_path: Path) -> tuple[Run, list[list[str]]]:
-    """A run on one local function whose executor records the task ids of every call."""
-    run = Run("batcher", Config(concurrency=1, progress=False, tmp_url=(tmp_path / "tmp").as_uri()))
+    """A run whose executor records the task ids of every call (two functions, as the rest of the
+    suite: an executor of another concurrency makes later ones start their workers by spawning)."""
+    run = Run("batcher", Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri()))
     calls: list[list[str]] = []
     inner = run.executor.map
 
