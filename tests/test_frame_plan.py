@@ -138,6 +138,20 @@ def test_hash_buckets_agree_across_integer_widths() -> None:
     assert hash_buckets(a, ["k"], 1).tolist() == [0] * 5
 
 
+def test_hash_buckets_put_keys_polars_groups_together_in_one_bucket() -> None:
+    """0.0 and -0.0, and every NaN, are one group in Polars, so one bucket, with one key column
+    (hashed as it is) or several (hashed as a struct); chunked columns bucket as whole ones."""
+    nan = float("nan")
+    one = pl.DataFrame({"x": [0.0, -0.0, nan, -nan, None, 1.5] * 50, "y": pl.Series([1, 1, 2, 2, 3, 4] * 50, dtype=pl.Int16)})
+    for keys in (["x"], ["x", "y"]):
+        bucket = hash_buckets(one, keys, 64)
+        groups = one.with_columns(pl.Series("b", bucket)).group_by(keys).agg(pl.col("b").n_unique())
+        assert groups.height == 4 and groups["b"].to_list() == [1] * 4, keys
+        chunked = pl.concat([one.slice(0, 100), one.slice(100)], rechunk=False)
+        assert chunked.n_chunks() == 2 and (hash_buckets(chunked, keys, 64) == bucket).all()
+        assert bucket.min() >= 0 and bucket.max() < 64
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 5)), st.integers(0, 3)), min_size=1, max_size=80), st.booleans(), st.booleans(), st.integers(1, 6))
 def test_range_buckets_follow_the_sort_order(rows: list, desc: bool, nulls_last: bool, parts: int) -> None:
