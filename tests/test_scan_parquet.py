@@ -328,7 +328,7 @@ def test_a_local_file_replaced_by_one_of_another_size_fails_naming_it(tmp_path: 
 def test_operators_that_gather_rows_get_one_chunk_per_column_whatever_the_first_column() -> None:
     """Scans hand on a chunk per row group; joins, sorts, windows and exchange buckets make every
     column contiguous first, also when the first column is whole (a literal added after the scan)."""
-    from croupier.dag.operators import contiguous
+    from croupier.ops.partition import contiguous
 
     parts = [pl.DataFrame({"a": [i, i + 1], "b": ["x", "y"]}) for i in range(3)]
     df = pl.concat(parts, rechunk=False).with_columns(pl.lit(1).alias("c")).select("c", "a", "b")

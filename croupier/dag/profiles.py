@@ -120,7 +120,8 @@ class Learner:
     observations per cache file, and the next refit takes them all (one fit and one file write
     for many small queries). It also waits (up to ``IDLE_WAIT``) until no run of the process is
     under way: a refit of 0.3-0.6 s beside a run took the driver's CPU (and a core the run's
-    functions use) from its scheduling; between runs, as a person looks at a result, it is free. Each refit starts from the entry in the cache file as it is then
+    functions use) from its scheduling; between runs, as a person looks at a result, it is free.
+    Each refit starts from the entry in the cache file as it is then
     (no queued run's stages are lost; a newer calibration is kept), or from the run's entry when
     the file is gone. :meth:`wait` writes what is queued without waiting out the interval; the
     process's learner does so at interpreter exit. A cache that cannot be written is skipped

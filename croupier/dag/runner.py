@@ -109,9 +109,9 @@ class DagRunner:
         """Whether a stage is ready to run (all its inputs done) but has not queued its executor
         call yet (its name is not among ``queued``): a batch about to start waits for it."""
         with self._lock:
-            waiting = [(self._stages[key], future) for key, future in self._futures.items() if key not in self._deferred and not future.done()]
-            for stage, _ in waiting:
-                if stage.name in queued:
+            for key, future in self._futures.items():
+                stage = self._stages[key]
+                if key in self._deferred or future.done() or stage.name in queued:
                     continue
                 inputs = [self._futures.get(id(i.stage)) for i in stage.inputs()]
                 if all(f is not None and f.done() for f in inputs):

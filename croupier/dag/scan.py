@@ -301,6 +301,9 @@ def check_gensort(base: str, objects: list[ObjectInfo]) -> None:
 # --- reading one split (in a task) ------------------------------------------------------------
 
 
+#: Whether a process can open a file it holds by descriptor as a path (Linux' /proc/self/fd), so
+#: that a decoder reads the very file the store opened.
+_PROC_FD = os.path.isdir("/proc/self/fd")
 #: Bytes at the end of a Parquet object fetched with its column chunks: the footer (and the page
 #: indexes written before it) usually fit; a longer footer is fetched whole in a second request.
 TAIL = 64 * 1024
@@ -330,13 +333,18 @@ def _sparse_copy(store: Store, split: Split, columns: Sequence[str]) -> Iterator
             _write_at(fd, data, start, split)
         have = [r for r, _ in chunks]
         del chunks, last  # the file holds them now
-        meta = pq.read_metadata(path)  # a bad file: read_split names it
-        if any(r >= meta.num_row_groups for r in split.row_groups):
-            raise InputError(f"{split.where}: has {meta.num_row_groups} row groups, but the plan read row group {max(split.row_groups)} (was the file replaced while the query ran?)")
+        meta = _planned_row_groups(split, pq.read_metadata(path))  # a bad file: read_split names it
         missing = _coalesce([r for r in chunk_ranges(meta, split.row_groups, columns) if not any(s <= r[0] and r[1] <= e for s, e in have)])
         for (start, _), data in zip(missing, store.get_ranges(split.key, missing)):
             _write_at(fd, data, start, split)
         yield path, meta
+
+
+def _planned_row_groups(split: Split, meta: pq.FileMetaData) -> pq.FileMetaData:
+    """``meta``, refused when the file lacks a row group the plan reads (replaced since)."""
+    if any(r >= meta.num_row_groups for r in split.row_groups):
+        raise InputError(f"{split.where}: has {meta.num_row_groups} row groups, but the plan read row group {max(split.row_groups)} (was the file replaced while the query ran?)")
+    return meta
 
 
 @contextmanager
@@ -410,7 +418,7 @@ def _polars_decode(path: str, meta: pq.FileMetaData, row_groups: Sequence[int], 
         return None
     # one chunk per row group, not made contiguous here: filters and aggregates take chunks as they
     # are, and the operators that gather rows by index (joins, sorts, exchange buckets) make
-    # their input contiguous first (croupier.dag.operators.contiguous)
+    # their input contiguous first (croupier.ops.partition.contiguous)
     return df if df.height == sum(meta.row_group(r).num_rows for r in row_groups) else None
 
 
@@ -454,10 +462,8 @@ def _in_place(store: Store, split: Split, fd: int) -> Iterator[tuple[str, pq.Fil
         size = os.fstat(fd).st_size
         if size != split.size:
             raise InputError(f"{split.where}: is {size:,} bytes, but was {split.size:,} when the query was planned (was the file replaced while the query ran?)")
-        path = f"/proc/self/fd/{fd}"  # the opened file itself (only where /proc is: see _read_parquet)
-        meta = pq.read_metadata(path)  # a bad file: read_split names it
-        if any(r >= meta.num_row_groups for r in split.row_groups):
-            raise InputError(f"{split.where}: has {meta.num_row_groups} row groups, but the plan read row group {max(split.row_groups)} (was the file replaced while the query ran?)")
+        path = f"/proc/self/fd/{fd}"  # the opened file itself (only where /proc is: _PROC_FD)
+        meta = _planned_row_groups(split, pq.read_metadata(path))  # a bad file: read_split names it
         yield path, meta
         store.record_local_read(sum(e - s for s, e in split.ranges))
     finally:
@@ -468,7 +474,7 @@ def _read_parquet(store: Store, split: Split, schema: pl.Schema) -> pl.DataFrame
     columns = list(schema)
     # in place where the decoder can open the very file the store opened (Linux' /proc/self/fd);
     # elsewhere the file's name could name a replacement by the time it is decoded
-    fd = store.open_local(split.key) if os.path.isdir("/proc/self/fd") else None
+    fd = store.open_local(split.key) if _PROC_FD else None
     source = _sparse_copy(store, split, columns) if fd is None else _in_place(store, split, fd)
     with source as (path, meta):
         names = meta.schema.to_arrow_schema().names

@@ -85,6 +85,15 @@ def _key_exprs(df: pl.DataFrame, keys: tuple[str, ...] | list[str]) -> list[pl.E
     return exprs
 
 
+def contiguous(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with one chunk per column. Scans hand on one chunk per row group, which filters and
+    aggregates take as they are (a filter ran 2x faster than on the frame made contiguous), but
+    operators that gather rows by index do not: a join of 1.5M rows in 18 chunks took 130 ms,
+    copying them into one first and joining 75 ms; gathering them into exchange buckets 186 ms
+    against 65 ms."""
+    return df.rechunk() if max(df.n_chunks("all"), default=1) > 1 else df  # any column: the first may be whole
+
+
 def hash_buckets(df: pl.DataFrame, keys: tuple[str, ...] | list[str], buckets: int) -> np.ndarray:
     """Bucket of each row: a seeded hash of its key columns modulo ``buckets``. One key column is
     hashed as it is (5x faster than as a struct of one field: 1.5M TPC-H order keys in 6 ms, not

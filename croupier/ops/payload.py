@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from croupier.exchange.segments import Chunk
 from croupier.ops.codec import SMALL_MESSAGES, fixed_binary_bytes, write_options
+from croupier.ops.partition import contiguous
 from croupier.ops.records import RECORD_SIZE
 
 RECORD_FORMATS = ("raw", "arrow", "arrow-lz4", "arrow-zstd")
@@ -204,8 +205,7 @@ class FrameCodec:
         if buckets > 1:
             # a stable sort of small integers: numpy's radix sort (7x faster than on int64)
             order = np.argsort(bucket.astype(np.uint16 if buckets <= 1 << 16 else np.uint32), kind="stable")
-            # gathered from one chunk per column: from a scan's chunk per row group it took 3x as long
-            df = (df.rechunk() if max(df.n_chunks("all"), default=1) > 1 else df)[order]
+            df = contiguous(df)[order]  # from a scan's chunk per row group, a gather took 3x as long
             counts = np.bincount(bucket, minlength=buckets)
         else:
             counts = np.array([df.height])
