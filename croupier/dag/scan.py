@@ -416,9 +416,9 @@ def _polars_decode(path: str, meta: pq.FileMetaData, row_groups: Sequence[int], 
         df = pl.concat(parts) if len(parts) > 1 else parts[0]
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
         return None
-    # one chunk per row group, not made contiguous here: filters and aggregates take chunks as they
-    # are, and the operators that gather rows by index (joins, sorts, exchange buckets) make
-    # their input contiguous first (croupier.ops.partition.contiguous)
+    # one chunk per row group, not made contiguous here: Polars' lazy engine, which runs the
+    # operators, takes chunks as they are, and the exchange's bucket gather makes its input
+    # contiguous first (croupier.ops.partition.contiguous)
     return df if df.height == sum(meta.row_group(r).num_rows for r in row_groups) else None
 
 

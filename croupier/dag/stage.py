@@ -31,7 +31,7 @@ from typing import Any, Mapping, Union
 
 import polars as pl
 
-from croupier.dag.operators import Operator
+from croupier.dag.operators import Operator, fuse
 from croupier.dag.scan import ScanSpec
 from croupier.errors import ConfigError
 from croupier.exchange.plan import ExchangePlan
@@ -190,7 +190,8 @@ Source = Union[ScanSource, TaskSource, ExchangeInput, UnionSource]
 @dataclass(eq=False)
 class Stage:
     """One stage: main source, side inputs, operators, sink; ``workers`` fixes P of a partition-wise
-    main input; ``rep`` is the data representation (frames or records)."""
+    main input; ``rep`` is the data representation (frames or records). Consecutive frame
+    operators are fused into one lazy Polars query (:func:`croupier.dag.operators.fuse`)."""
 
     name: str
     source: Source
@@ -201,6 +202,7 @@ class Stage:
     rep: str = "frames"
 
     def __post_init__(self) -> None:
+        self.ops = fuse(tuple(self.ops))
         needed = {s for op in self.ops for s in op.sides}
         if needed - set(self.sides):
             raise ConfigError(f"stage {self.name!r}: operators read side input(s) {sorted(needed - set(self.sides))} that the stage does not declare")
