@@ -51,6 +51,48 @@ def test_predicates_reach_the_scans_through_joins_and_projections() -> None:
     assert list(plan.schema) == ["o_orderkey", "c_name"]
 
 
+def test_predicates_reach_the_scans_through_renaming_projections() -> None:
+    """SQL reads every table through a renaming (``o_price`` as ``orders.o_price``): conditions on
+    the new names reach the scan on the old ones (where they prune row groups); a condition on a
+    computed column, or on a column renamed and swapped with another, stays correct."""
+    orders = _frame("orders", ORDERS)
+    renamed = orders.select(col("o_orderkey").alias("orders.o_orderkey"), col("o_price").alias("orders.o_price"), col("o_date").alias("orders.o_date"), (col("o_price") * 2).alias("double"))
+    q = renamed.filter((col("orders.o_price") > 10) & (col("double") > 5) & (col("orders.o_orderkey") < col("orders.o_price")))
+    plan = optimize(q._node)
+    (scan,) = _scans(plan)
+    assert scan.spec.predicate.show() == "((col('o_price') > 10) & (col('o_orderkey') < col('o_price')))"  # type: ignore[union-attr]
+    assert "filter (col('double') > 5)" in plan.tree()
+    swapped = orders.select(col("o_price").alias("o_orderkey"), col("o_orderkey").alias("o_price")).filter(col("o_orderkey") > 10)
+    (scan,) = _scans(optimize(swapped._node))
+    assert scan.spec.predicate.show() == "(col('o_price') > 10)"  # type: ignore[union-attr]
+    kept = orders.with_columns(col("o_price").alias("p"), col("o_custkey").alias("o_price")).filter((col("p") > 1) & (col("o_price") > 2))
+    (scan,) = _scans(optimize(kept._node))
+    assert scan.spec.predicate.show() == "((col('o_price') > 1) & (col('o_custkey') > 2))"  # type: ignore[union-attr]
+
+
+def test_selectivity_guesses_from_row_group_statistics() -> None:
+    """What share of a row group's rows a condition keeps: ranges by where the constant falls
+    between min and max, equalities a tenth, combined as if independent; none where statistics
+    rule every row out."""
+    import datetime
+
+    from croupier.expr.analysis import EQUAL_SHARE, OTHER_SHARE, selectivity
+
+    stats = {"d": (datetime.date(1992, 1, 1), datetime.date(1998, 12, 31)), "x": (0, 100), "s": ("A", "R"), "one": ("N", "N")}
+    assert selectivity(col("x") < 25, stats) == pytest.approx(0.25)
+    assert selectivity(col("x") >= 25, stats) == pytest.approx(0.75)
+    assert selectivity(col("d") > datetime.date(1995, 7, 2), stats) == pytest.approx(0.5, abs=0.01)
+    assert selectivity((col("x") < 50) & (col("s") == "R"), stats) == pytest.approx(0.5 * EQUAL_SHARE)
+    assert selectivity((col("x") < 10) | (col("x") > 90), stats) == pytest.approx(0.1 + 0.1 - 0.01)
+    assert selectivity(~(col("x") < 10), stats) == pytest.approx(0.9)
+    assert selectivity(col("s").is_in(["A", "B", "C"]), stats) == pytest.approx(3 * EQUAL_SHARE)
+    assert selectivity(col("x") > 200, stats) == 0.0 and selectivity(col("one") == "N", stats) == 1.0
+    assert selectivity(col("s") < "M", stats) == OTHER_SHARE  # strings have no distance
+    assert selectivity(col("x") < col("y"), stats) == OTHER_SHARE
+    assert selectivity(col("z") < 3, stats) == OTHER_SHARE  # no statistics
+    assert selectivity(col("d") < datetime.datetime(1995, 1, 1), stats) == OTHER_SHARE  # a date against a time
+
+
 def test_scans_read_only_needed_columns() -> None:
     orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
     q = orders.join(customer, left_on="o_custkey", right_on="c_custkey").group_by("c_name").agg(col("o_price").sum())

@@ -265,6 +265,27 @@ def test_pruning_and_column_chunk_reads(config: Config, tmp_path: Path) -> None:
     assert 0 < stage.io.bytes("READ_LOCAL") < path.stat().st_size / 10
 
 
+def test_sql_conditions_prune_row_groups(config: Config, tmp_path: Path) -> None:
+    """SQL renames every column it reads (``id`` as ``wide.id``); its conditions still reach the
+    scan, where the row groups' statistics prune."""
+    import croupier
+
+    from .compare import assert_same
+
+    n = 200_000
+    wide = pl.DataFrame({"id": np.arange(n), "x": np.random.default_rng(3).normal(size=n)})
+    path = tmp_path / "wide.parquet"
+    pq.write_table(wide.to_arrow(), path, row_group_size=20_000)
+    text = "SELECT id, x FROM wide WHERE id < 30000 AND x > 0 ORDER BY id"
+    q = croupier.sql(text, {"wide": str(path)}, config=config)
+    expected = duckdb.sql(text.replace("FROM wide", f"FROM read_parquet('{path}')")).pl()
+    assert_same(q.collect(), expected, ordered=True)
+    run = q.last_run
+    assert run is not None
+    scan = [o for o in run.outputs if o.scan][0]
+    assert scan.scan["row_groups"] == 10 and scan.scan["row_groups"] - scan.scan["row_groups_pruned"] == 2
+
+
 def test_csv_scan_in_line_aligned_splits(data: dict[str, Path], config: Config) -> None:
     frame = cf.scan_csv(data["csv"], config=config)
     assert frame.columns == ["id", "k", "x", "s", "d"]

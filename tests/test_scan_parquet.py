@@ -334,3 +334,22 @@ def test_operators_that_gather_rows_get_one_chunk_per_column_whatever_the_first_
     df = pl.concat(parts, rechunk=False).with_columns(pl.lit(1).alias("c")).select("c", "a", "b")
     assert df.n_chunks("all")[0] == 1 and max(df.n_chunks("all")) > 1, "the case this test is about"
     assert contiguous(df).n_chunks("all") == [1, 1, 1] and contiguous(df).equals(df)
+
+
+def test_split_counts_guess_the_rows_a_predicate_keeps_and_their_decoded_bytes(tmp_path: Path) -> None:
+    """From the footers alone: ``rows_kept`` guesses what the predicate keeps (the row groups it
+    cannot prune, each by where its constant falls between the group's min and max), and
+    ``bytes_decoded`` what the chunks take in memory (8 bytes an int64 value, however well the
+    file compressed them)."""
+    n = 100_000
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"k": pa.array(range(n), pa.int64()), "c": pa.array([i % 3 for i in range(n)], pa.int64())}), path, row_group_size=10_000)
+    spec = ScanSpec(path.as_uri(), "parquet", ("k", "c"), predicate=col("k") < 25_000)
+    config = Config()
+    base, objects = resolve(path.as_uri(), lambda u: open_store(u, config))
+    _, counts = parquet_splits(spec, base, open_store(base, config), objects, 4, 1, 1 << 30)
+    assert counts["row_groups"] - counts["row_groups_pruned"] == 3
+    assert counts["rows_read"] == 30_000
+    assert counts["rows_kept"] == pytest.approx(25_000, rel=0.01)
+    assert counts["bytes_decoded"] == 30_000 * 2 * 8
+    assert counts["bytes_needed"] < counts["bytes_decoded"] / 2  # "c" (three values) compresses to little

@@ -52,14 +52,21 @@ class ScanPlanner:
             self._split_cache[id(spec)] = (spec, splits)
         return splits
 
-    def scan_bytes(self, spec: ScanSpec, uncompressed: bool = False) -> int:
-        """Bytes a scan fetches: its Parquet column chunks after row-group pruning (``uncompressed``:
-        their size before compression, about what decoding them yields), else its splits' byte
-        ranges."""
+    def scan_bytes(self, spec: ScanSpec, decoded: bool = False) -> int:
+        """Bytes a scan fetches: its Parquet column chunks after row-group pruning (``decoded``:
+        about their size once decoded in memory), else its splits' byte ranges."""
         splits, counts = self.splits(spec)
-        if uncompressed and counts.get("bytes_uncompressed"):
-            return counts["bytes_uncompressed"]
+        if decoded and counts.get("bytes_decoded"):
+            return counts["bytes_decoded"]
         return counts.get("bytes_needed") or sum((s.end - s.start) or s.size for s in splits)
+
+    def kept_bytes(self, spec: ScanSpec) -> float:
+        """About the bytes a scan keeps after its predicate: :meth:`scan_bytes` times the share of
+        rows the row groups' statistics say pass it (all bytes when it has no predicate or no
+        Parquet statistics)."""
+        _, counts = self.splits(spec)
+        share = counts["rows_kept"] / counts["rows_read"] if counts.get("rows_read") else 1.0
+        return self.scan_bytes(spec) * share
 
     def _plan_splits(self, spec: ScanSpec) -> tuple[list[Any], dict[str, int]]:
         """The scan's splits; at least one (an empty one when nothing is left to read: every stage

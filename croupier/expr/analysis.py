@@ -2,15 +2,18 @@
 
 * :func:`conjuncts` / :func:`conjoin`: split and join ``a & b & c`` (predicate pushdown).
 * :func:`may_match`: can a Parquet row group with these min/max statistics hold a matching row?
+* :func:`selectivity`: about what share of such a row group's rows match?
 * :func:`transform` / :func:`extract`: rebuild a tree bottom-up, or cut chosen subtrees out of it
   (replacing each by a column) so they can be computed by another plan node.
 """
 
 from __future__ import annotations
 
+import datetime
+from decimal import Decimal
 from typing import Any, Callable, Iterator
 
-from croupier.expr.nodes import BINARY, FLIP, Agg, Binary, Col, Expr, Func, IsIn, Lit, Over
+from croupier.expr.nodes import BINARY, FLIP, Agg, Binary, Col, Expr, Func, IsIn, Lit, Over, Unary
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
@@ -159,3 +162,92 @@ def _may_match(expr: Expr, stats: Stats) -> bool:
             return True
         return any(v is not None and low <= v <= high for v in expr.values)
     return True
+
+
+#: Shares of rows a condition is guessed to keep where statistics cannot tell (System R's): an
+#: equality with a constant, and anything else (a range on a column without statistics, a
+#: comparison of two columns, a function's result).
+EQUAL_SHARE = 0.1
+OTHER_SHARE = 1 / 3
+
+
+def selectivity(expr: Expr, stats: Stats) -> float:
+    """About the share of rows whose columns lie in ``stats`` [min, max] ranges that satisfy
+    ``expr``: conjunctions multiply (as if independent), disjunctions add their shares' union, a
+    range on a numeric or date column is where its constant falls between min and max (values
+    spread evenly), an equality is :data:`EQUAL_SHARE`, anything else :data:`OTHER_SHARE`; and
+    0 where :func:`may_match` rules out every row. The planner's guess of what a filtered scan
+    keeps, from the row groups' statistics it has read anyway."""
+    try:
+        return min(1.0, max(0.0, _selectivity(expr, stats)))
+    except (TypeError, LookupError, ValueError, ArithmeticError, OverflowError):
+        return OTHER_SHARE
+
+
+def _selectivity(expr: Expr, stats: Stats) -> float:
+    if not may_match(expr, stats):
+        return 0.0
+    if isinstance(expr, Unary) and expr.op == "not":
+        return 1.0 - _selectivity(expr.operand, stats)
+    if isinstance(expr, IsIn):
+        return min(1.0, len(expr.values) * _equal_share(expr.operand, stats))
+    if not isinstance(expr, Binary):
+        return OTHER_SHARE
+    if expr.op == "&":
+        return _selectivity(expr.left, stats) * _selectivity(expr.right, stats)
+    if expr.op == "|":
+        a, b = _selectivity(expr.left, stats), _selectivity(expr.right, stats)
+        return a + b - a * b
+    if expr.op not in FLIP:
+        return OTHER_SHARE
+    op, column, value = expr.op, expr.left, expr.right
+    if not isinstance(column, Col):
+        op, column, value = FLIP[op], expr.right, expr.left
+    if not isinstance(column, Col) or value.columns():
+        return EQUAL_SHARE if op == "==" else OTHER_SHARE
+    if op in ("==", "!="):
+        share = _equal_share(column, stats)
+        return share if op == "==" else 1.0 - share
+    below = _position(fold(value), stats.get(column.name))
+    if below is None:
+        return OTHER_SHARE
+    return below if op in ("<", "<=") else 1.0 - below
+
+
+def _equal_share(operand: Expr, stats: Stats) -> float:
+    """Share of rows equal to one constant: all of them where min = max, else EQUAL_SHARE."""
+    if isinstance(operand, Col) and operand.name in stats:
+        low, high = stats[operand.name]
+        if low is not None and low == high:
+            return 1.0
+    return EQUAL_SHARE
+
+
+def _position(value: Any, bounds: tuple[Any, Any] | None) -> float | None:
+    """Where ``value`` lies between ``bounds`` (0 at min, 1 at max), for numbers, dates and
+    times; None for what has no distance (strings) or no statistics."""
+    if bounds is None or value is None or bounds[0] is None or bounds[1] is None:
+        return None
+    points = [_number(x) for x in (*bounds, value)]
+    if any(p is None for p in points) or len({p[0] for p in points}) > 1:  # type: ignore[index]
+        return None
+    low, high, v = (p[1] for p in points)  # type: ignore[index]
+    if high <= low:
+        return 0.5
+    return min(1.0, max(0.0, (v - low) / (high - low)))
+
+
+def _number(x: Any) -> tuple[str, float] | None:
+    """``x`` on a number line, with the line's name: numbers as they are, dates by day, times
+    by second (naive and zoned apart)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float, Decimal)):
+        return "number", float(x)
+    if isinstance(x, datetime.datetime):
+        if x.tzinfo is not None:
+            return "zoned", x.timestamp()
+        return "time", (x - datetime.datetime(1970, 1, 1)).total_seconds()
+    if isinstance(x, datetime.date):
+        return "date", float(x.toordinal())
+    return None

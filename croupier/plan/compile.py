@@ -51,6 +51,7 @@ from croupier.dag.stage import (
 )
 from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr
+from croupier.expr.analysis import selectivity
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window, walk
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
@@ -60,12 +61,10 @@ SAMPLE_ROWS = 256
 #: Joins whose build (right) side may be broadcast: each probe task sees every build row, and no
 #: output row depends on build rows that match nothing (right and full joins do, so they shuffle).
 BROADCASTABLE = ("inner", "left", "semi", "anti")
-#: A filtered table (after row-group pruning) must be this many times the left side's largest table
-#: to be joined with the left side built first: its filter may keep little. TPC-H at SF 1: q12's
-#: lineitem keeps 1.6 MiB, less than the orders on the left (4x); q5's orders keep one year in
-#: seven, 4.8 MiB, less than all customers (10x); q7's lineitem keeps 63 MiB against supplier's
-#: 0.5 (400x), and built on the right it ran in supplier's one task.
-FILTERED_MARGIN = 32
+#: How many times fewer bytes building the left side first must broadcast than building the
+#: right side first (each side's guessed size times the other's scan tasks) for an inner join to
+#: build its left side first: the plan as written, right side first, wins ties.
+LEFT_FIRST_MARGIN = 2
 
 
 @dataclass
@@ -204,27 +203,38 @@ class Compiler:
         return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
 
     def _left_first(self, node: Join) -> bool:
-        """Whether to run the left side of an inner join first, as its build side: when the right
-        side is one table whose columns take more than twice the stored bytes of the largest
-        table under the left side (a filtered table, which may shrink: :data:`FILTERED_MARGIN`
-        times). TPC-H q5 joins its filtered orders-and-customers to all of lineitem: built on the
-        right, lineitem (184 MiB at SF 1) was shuffled; built on the left, 5 MiB are broadcast to
-        lineitem's scan tasks instead. q7 built 63 MiB of filtered lineitem and joined it in
-        supplier's one task. Only joins whose result does not depend on the sides' roles: inner,
-        both keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
+        """Whether to run the left side of an inner join first, as its build side: when its right
+        side is one (filtered) table, and broadcasting the left side to the right side's scan
+        tasks would move :data:`LEFT_FIRST_MARGIN` times fewer bytes than broadcasting the right
+        side to the tasks of the left side's largest table. Sizes are guesses before anything
+        runs: a table's Parquet column chunks times the share of rows its pushed-down conditions
+        keep, from the row groups' statistics (:meth:`ScanPlanner.kept_bytes`); what is built is
+        then measured, and broadcast only if small (:meth:`_broadcast`). TPC-H at SF 1: Q3 joins
+        its customers-and-orders (5 MiB) to lineitem after 1995-03-15 (half of it): built on the
+        right, lineitem was shuffled (0.55 s); built on the left, broadcast to lineitem's 12 scan
+        tasks (0.41 s). Q5's orders of one year (4 MiB), broadcast to its customers' 2 tasks, stay
+        on the right. Only joins whose result does not depend on the sides' roles: inner, both
+        keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
         if self.dry or node.how != "inner" or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
             return False
-        right, filtered = node.right, False
+        right, filters = node.right, []
         while isinstance(right, (Project, Filter)):
-            filtered |= isinstance(right, Filter)
+            filters += [right.predicate] if isinstance(right, Filter) else []
             right = right.input
         if not isinstance(right, Scan):
             return False
         assert self.runner is not None
         scans = self.runner.scans
-        left = [scans.scan_bytes(n.spec) for n in walk(node.left) if isinstance(n, Scan)]
-        margin = FILTERED_MARGIN if filtered or right.spec.predicate is not None else 2
-        return bool(left) and margin * max(left) < scans.scan_bytes(right.spec)
+        lefts = [n.spec for n in walk(node.left) if isinstance(n, Scan)]
+        if not lefts:
+            return False
+        largest = max(lefts, key=scans.kept_bytes)  # the left side's pipeline streams it, as a rule
+        kept = scans.kept_bytes(right.spec)
+        for predicate in filters:  # conditions the optimiser could not push into the scan
+            kept *= selectivity(predicate, {})
+        left_first = scans.kept_bytes(largest) * len(scans.splits(right.spec)[0])
+        right_first = kept * len(scans.splits(largest)[0])
+        return LEFT_FIRST_MARGIN * left_first < right_first
 
     def _join_left_first(self, node: Join) -> Pipeline:
         """An inner join built on its left side (see :meth:`_left_first`): broadcast to the right
@@ -246,7 +256,7 @@ class Compiler:
     def _broadcast(self, node: Join, build: Stage, out: StageOutput | None, probe: Pipeline) -> bool:
         """Whether the build side, as measured, is small enough to send to every probe task: at most
         ``config.broadcast_limit`` in all, or less than a shuffle of the probe side would move (a
-        probe side that is a table scan: its columns' uncompressed bytes; the shuffle also
+        probe side that is a table scan: its columns' decoded bytes; the shuffle also
         re-encodes, writes and reads them back) — and was written for late binding (a build side
         whose plan was bound before it wrote — a forced plain algorithm — is laid out for that
         plan's consumers, so the join shuffles with it)."""
@@ -264,9 +274,9 @@ class Compiler:
         if traffic <= limit:
             self.notes.append(f"{node.label()}: {sizes} <= {format_bytes(limit)} -> broadcast join")
             return True
-        shuffled = self.runner.scans.scan_bytes(probe.source.spec, uncompressed=True) if isinstance(probe.source, ScanSource) else None
+        shuffled = self.runner.scans.scan_bytes(probe.source.spec, decoded=True) if isinstance(probe.source, ScanSource) else None
         if limit > 0 and shuffled is not None and traffic <= shuffled:
-            self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)}, but a shuffle would move the probe side's {format_bytes(shuffled)} (its columns, uncompressed) -> broadcast join")
+            self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)}, but a shuffle would move the probe side's {format_bytes(shuffled)} (its columns, decoded) -> broadcast join")
             return True
         self.notes.append(f"{node.label()}: {sizes} > {format_bytes(limit)} -> shuffle hash join")
         return False

@@ -21,6 +21,8 @@ from dataclasses import replace
 
 from croupier.errors import ConfigError
 from croupier.expr import Binary, Col, Expr, conjoin, conjuncts, factor_or
+from croupier.expr.analysis import transform
+from croupier.expr.nodes import Alias
 from croupier.plan.logical import (
     Aggregate,
     Distinct,
@@ -64,12 +66,29 @@ def _wrap(node: Node, preds: list[Expr]) -> Node:
     return node if predicate is None else Filter(node, predicate)
 
 
-def _passthrough(node: Project) -> set[str]:
-    """Columns that leave ``node`` unchanged from its input."""
+def _passthrough(node: Project) -> dict[str, str]:
+    """Columns that leave ``node`` with the values of an input column, renamed or not: {output
+    name: input name}. SQL's plans read every table through such a renaming (``l_shipdate`` as
+    ``lineitem.l_shipdate``); a filter on the new names goes below it on the old ones, down to
+    the scan, where it prunes row groups."""
+    out: dict[str, str] = {}
     if node.kind == "with_columns":
         defined = {e.output_name() for e in node.exprs}
-        return set(node.input.schema) - defined
-    return {e.name for e in node.exprs if isinstance(e, Col)}
+        out = {c: c for c in node.input.schema if c not in defined}
+    for e in node.exprs:
+        source = e.operand if isinstance(e, Alias) else e
+        if isinstance(source, Col) and source.name in node.input.schema:
+            out[e.output_name()] = source.name
+    return out
+
+
+def _renamed(pred: Expr, names: dict[str, str]) -> Expr | None:
+    """``pred`` reading columns by their input names (``names``: output -> input); None when it
+    holds a node that names columns otherwise than by ``col`` (it stays where it is)."""
+    if all(names[c] == c for c in pred.columns()):
+        return pred
+    out = transform(pred, lambda e: Col(names[e.name]) if isinstance(e, Col) else e)
+    return out if out.columns() == {names[c] for c in pred.columns()} else None
 
 
 class _Predicates:
@@ -98,8 +117,12 @@ class _Predicates:
             parts = ([node.spec.predicate] if node.spec.predicate is not None else []) + preds
             return Scan(replace(node.spec, predicate=conjoin(parts)), node.file_schema)
         if isinstance(node, Project):
-            down, keep = self._split(preds, _passthrough(node))
-            return _wrap(Project(self.push(node.input, down), node.exprs, node.kind), keep)
+            names = _passthrough(node)
+            down, keep = self._split(preds, set(names))
+            renamed = [_renamed(p, names) for p in down]
+            keep += [p for p, r in zip(down, renamed) if r is None]
+            below = [r for r in renamed if r is not None]
+            return _wrap(Project(self.push(node.input, below), node.exprs, node.kind), keep)
         if isinstance(node, Sort):
             return Sort(self.push(node.input, preds), node.by, node.descending, node.nulls_last)
         if isinstance(node, Distinct):
