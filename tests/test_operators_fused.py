@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from croupier.dag.operators import AggSpec, Aggregate, Filter, Fused, HashJoin, Operator, Select, Sort, WithColumns, fuse, run_pipeline
+from croupier.dag.operators import AggSpec, Aggregate, Filter, Fused, HashJoin, Operator, Select, Sort, WithColumns, fuse, pipeline_schema, run_pipeline
 from croupier.dag.scan import ScanSpec
 from croupier.dag.stage import ScanSource, Stage
 from croupier.frame import col
@@ -91,6 +91,7 @@ def test_fused_pipeline_matches_eager_polars(rows: int, groups: int, filt: int, 
         got = Fused(tuple(steps)).apply(df, sides)
     expected = _eager(df, filt, "k", sides if join else None)
     assert got.schema == expected.schema
+    assert pipeline_schema(df.head(0), fuse(tuple(steps)), {k: v.head(0) for k, v in sides.items()}) == got.schema
     assert _merged(got, "k").equals(_merged(expected, "k"))
 
 
@@ -115,3 +116,4 @@ def test_an_aggregation_the_lazy_engine_refuses_runs_eagerly() -> None:
     expected = df.filter(pl.col("k") > 0).group_by("k").agg(pl.col("d").sum().alias("s")).sort("k")
     assert Fused((Filter(col("k") > 0), agg)).apply(df, {}).sort("k").equals(expected)
     assert run_pipeline(df, (agg,), {}).sort("k").equals(expected)
+    assert pipeline_schema(df.head(0), (Fused((Filter(col("k") > 0), agg)),), {}) == expected.schema

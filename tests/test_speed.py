@@ -79,11 +79,12 @@ profiles.LEARNER.add({folder!r}, {key!r}, entry, entry.history[:1])  # queued fo
 
 def test_the_learner_refits_between_runs_not_beside_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A queued refit waits while a run of the process is under way (its CPU would slow the
-    run's scheduling), and is written once none is; a waiter hurries it as before."""
+    run's scheduling), and in the moment between two runs (the next query's planning), and is
+    written once none has been for a while; a waiter hurries it as before."""
     import gc
     import time
 
-    from croupier.dag import profiles
+    from croupier.dag import profiles, run
 
     config = Config(concurrency=1, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
     frame = _frame(tmp_path, config)
@@ -91,21 +92,26 @@ def test_the_learner_refits_between_runs_not_beside_them(tmp_path: Path, monkeyp
     before = profiles.active_runs()
     frame.collect()
     assert frame.last_run is not None and profiles.active_runs() == before, "a finished run is not counted"
+    if not before:
+        assert 0 < run.idle_seconds() < 5, "idle since that run ended"
     observations = observations_from_report(frame.last_run.report, 1, "r")
     folder, key = str(tmp_path / "cache"), ("m", "local-test", 1)
     base = Entry(profile_for(config, config.tmp_url or ""))
-    running = [1]
-    monkeypatch.setattr(profiles, "active_runs", lambda: running[0])
+    idle = [0.0]
+    monkeypatch.setattr(profiles, "idle_seconds", lambda: idle[0])
     learner = Learner(interval=0.0)
     learner.add(folder, key, base, observations)
-    time.sleep(1.0)  # ten looks at the runs: one is under way, so nothing is written
+    time.sleep(1.0)  # ten looks: a run is under way, so nothing is written
     assert ProfileCache(folder).load(*key) is None
-    running[0] = 0
+    idle[0] = profiles.IDLE_QUIET / 2  # a run has just ended: the next may be planned
+    time.sleep(0.5)
+    assert ProfileCache(folder).load(*key) is None
+    idle[0] = profiles.IDLE_QUIET * 2
     deadline = time.monotonic() + 30
     while ProfileCache(folder).load(*key) is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert ProfileCache(folder).load(*key) is not None, "written once no run was under way"
-    running[0] = 1
+    assert ProfileCache(folder).load(*key) is not None, "written once no run was under way for a while"
+    idle[0] = 0.0
     learner.add(folder, key, base, observations)
     assert learner.wait(60), "a waiter does not wait for the runs to end"
     after = ProfileCache(folder).load(*key)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import polars as pl
@@ -386,6 +386,27 @@ def run_pipeline(df: pl.DataFrame, operators: tuple[Operator, ...], sides: Mappi
     for op in operators:
         df = op.apply(df, sides)
     return df
+
+
+def pipeline_schema(data: Any, operators: tuple[Operator, ...], sides: Mapping[str, pl.DataFrame]) -> pl.Schema | None:
+    """The schema ``operators`` give ``data`` (an empty frame, or empty TeraSort records), for the
+    driver: fusable operators' from their lazy query's schema, without running it (0.2 ms where
+    running it on empty frames took 1.3), the others by running them; None for records."""
+    lazy_sides: dict[str, pl.LazyFrame] | None = None
+    for op in operators:
+        steps = op.steps if isinstance(op, Fused) else (op,) if op.fusable else ()
+        if steps and isinstance(data, pl.DataFrame):
+            lazy_sides = lazy_sides if lazy_sides is not None else {name: frame.lazy() for name, frame in sides.items()}
+            try:
+                lf = data.lazy()
+                for step in steps:
+                    lf = step.lazy(lf, lazy_sides)
+                data = pl.DataFrame(schema=lf.collect_schema())
+                continue
+            except pl.exceptions.PolarsError:  # what the lazy engine refuses runs eagerly (a sum of dates)
+                pass
+        data = op.apply(data, sides)
+    return data.schema if isinstance(data, pl.DataFrame) else None
 
 
 def collect(lf: pl.LazyFrame) -> pl.DataFrame:

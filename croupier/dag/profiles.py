@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from croupier.dag.run import Run, active_runs
+from croupier.dag.run import Run, active_runs, idle_seconds
 from croupier.errors import CroupierError
 from croupier.model.cache import Entry, ProfileCache, learn, machine_id, store_key
 from croupier.model.fit import Observation, observations_from_report
@@ -36,9 +36,11 @@ from croupier.storage.location import parse_location
 LOG = logging.getLogger("croupier")
 #: Seconds between two refits of the cached profiles (runs finishing in between are refitted together).
 LEARN_INTERVAL = 5.0
-#: Longest a queued refit waits for the process's runs to end (back-to-back runs get it anyway),
+#: Longest a queued refit waits for the process to be idle (back-to-back runs get it anyway), how
+#: long idle counts (no run for that long: not the next query's planning, which runs no run yet),
 #: and how often it looks.
 IDLE_WAIT = 60.0
+IDLE_QUIET = 0.5
 IDLE_POLL = 0.1
 
 
@@ -118,9 +120,11 @@ class Learner:
     A refit costs a fraction of a second of the driver's CPU — as much as a small query — so it
     runs at most once per ``interval`` seconds: runs that finish in between queue their
     observations per cache file, and the next refit takes them all (one fit and one file write
-    for many small queries). It also waits (up to ``IDLE_WAIT``) until no run of the process is
-    under way: a refit of 0.3-0.6 s beside a run took the driver's CPU (and a core the run's
-    functions use) from its scheduling; between runs, as a person looks at a result, it is free.
+    for many small queries). It also waits (up to ``IDLE_WAIT``) until no run of the process has
+    been under way for ``IDLE_QUIET``: a refit of 0.3-0.6 s beside a run took the driver's CPU
+    (and a core the run's functions use) from its scheduling, and one started in the moment
+    between two runs took it from the next query's planning (a tenth of the driver's time in a
+    loop of small TPC-H queries); as a person looks at a result, it is free.
     Each refit starts from the entry in the cache file as it is then
     (no queued run's stages are lost; a newer calibration is kept), or from the run's entry when
     the file is gone. :meth:`wait` writes what is queued without waiting out the interval; the
@@ -171,7 +175,7 @@ class Learner:
                         self._lock.wait(delay)
                         continue
                     waited = now - self._queued
-                    if active_runs() and waited < IDLE_WAIT and not self._hurry:
+                    if idle_seconds() < IDLE_QUIET and waited < IDLE_WAIT and not self._hurry:
                         self._lock.wait(min(IDLE_POLL, IDLE_WAIT - waited))
                         continue
                     (folder, key), pending = self._pending.popitem()

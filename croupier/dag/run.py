@@ -32,8 +32,10 @@ from croupier.storage.lease import TMP_FOLDER, LeaseKeeper, RunTemp
 from croupier.storage.location import Location, parse_location
 
 
-#: Runs of this process that have not finished (the profile learner refits between them).
+#: Runs of this process that have not finished (the profile learner refits between them), and
+#: when (time.monotonic()) the last one finished.
 _ACTIVE = 0
+_LAST_END = -float("inf")
 _ACTIVE_LOCK = threading.Lock()
 
 
@@ -42,10 +44,18 @@ def active_runs() -> int:
     return _ACTIVE
 
 
+def idle_seconds() -> float:
+    """Seconds since the process's last run finished; 0 while one is under way."""
+    with _ACTIVE_LOCK:
+        return 0.0 if _ACTIVE else time.monotonic() - _LAST_END
+
+
 def _count_run(delta: int) -> None:
-    global _ACTIVE
+    global _ACTIVE, _LAST_END
     with _ACTIVE_LOCK:
         _ACTIVE += delta
+        if not _ACTIVE:
+            _LAST_END = time.monotonic()
 
 
 def make_executor(config: Config) -> Executor:

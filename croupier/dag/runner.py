@@ -31,7 +31,7 @@ from croupier.compute.base import MAX_RESULT_BYTES, Task
 from croupier.dag.batcher import Batcher
 from croupier.dag.binding import Binder, Decision
 from croupier.dag.exchanges import Exchanges
-from croupier.dag.operators import run_pipeline
+from croupier.dag.operators import pipeline_schema
 from croupier.dag.outputs import StageOutput
 from croupier.dag.profiles import RunProfile
 from croupier.dag.run import Run
@@ -282,7 +282,7 @@ class DagRunner:
             out.values.append(value["value"])
 
     def _schema(self, stage: Stage, inputs: dict[int, StageOutput]) -> pl.Schema | None:
-        """The stage's output schema (frames): its operators run on empty inputs."""
+        """The stage's output schema (frames): its operators' on empty inputs."""
         if stage.rep == "records":
             return None
         empty: Any
@@ -295,8 +295,7 @@ class DagRunner:
         else:  # TeraSort records in, rows out
             empty = RecordRuns([np.empty((0, RECORD_SIZE), np.uint8)], [0])
         sides = {name: pl.DataFrame(schema=inputs[id(i.stage)].schema) for name, i in stage.sides.items()}
-        result = run_pipeline(empty, stage.ops, sides)
-        return result.schema if isinstance(result, pl.DataFrame) else None
+        return pipeline_schema(empty, stage.ops, sides)
 
     # --- writing ------------------------------------------------------------------------------------
     def _write(self, stage: Stage, index: int, out: StageOutput) -> Any:
