@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+import polars as pl
 import pytest
 
 import croupier
@@ -64,20 +66,67 @@ def test_tpcds_subset_on_the_engine(engine: tuple[str, Config, Executor], tpc_sq
 @pytest.mark.parametrize("broadcast_limit", [None, 0])
 def test_joins_of_a_whole_larger_table_build_on_the_left(engine: tuple[str, Config, Executor], tpc_sql_data: dict[str, dict[str, Path]], broadcast_limit: int | None) -> None:
     """q5 and q9 join a smaller intermediate result to all of lineitem, q3 to half of it, q7
-    supplier to filtered lineitem: the left side is built first and broadcast to lineitem's scan
-    tasks (columns put back in the join's order), or, with broadcasts off, shuffled with lineitem
-    as usual; either way the answer is DuckDB's. q12's lineitem keeps a few rows in a thousand (its
-    row groups' statistics and conditions say so): it stays on the right, built first."""
+    supplier to filtered lineitem, q18 the orders its HAVING subquery keeps: the left side is
+    built first and broadcast to lineitem's scan tasks (columns put back in the join's order),
+    or, with broadcasts off, shuffled with lineitem as usual; either way the answer is DuckDB's.
+    q4 joins its orders to lineitem grouped by order: lineitem's scan keeps only those orders'
+    rows before grouping (not with broadcasts off). q12's lineitem keeps a few rows in a thousand
+    (its row groups' statistics and conditions say so): it stays on the right, built first."""
     root, config, executor = engine
     data = tpc_sql_data["tpch"]
     tables = upload_parts("tpch", data, root, config, PARTS)
     if broadcast_limit is not None:
         config = config.with_(broadcast_limit=broadcast_limit)
-    for number in (3, 5, 7, 9, 12):
+    for number in (3, 4, 5, 7, 9, 12, 18):
         query = reference_sql("tpch", number)
         frame = croupier.sql(query, tables, config=config)
         got = frame.collect(executor=executor)
         assert differences(got, duckdb_answer(query, data), ordered=is_ordered(query)) == []
         notes = frame.explain(analyze=True)
         assert ("is built first" in notes) == (number != 12), number
+        assert ("its scan keeps the rows whose keys" in notes) == (number == 4 and broadcast_limit != 0), number
         assert ("-> shuffle hash join" in notes) == (broadcast_limit == 0), number
+
+
+REDUCED = {
+    "grouped": "SELECT d.k, d.name, a.s, a.n FROM dim d JOIN (SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k) a ON d.k = a.k WHERE d.keep ORDER BY d.k, d.name",
+    "two keys": "SELECT d.name, a.k2, a.s FROM dim d JOIN (SELECT k, k2, sum(v) AS s FROM fact WHERE v > -40 GROUP BY k, k2) a ON d.k = a.k AND d.k2 = a.k2 WHERE d.keep ORDER BY d.name, a.k2",
+    "distinct": "SELECT d.name, count(*) AS c FROM dim d JOIN (SELECT DISTINCT k FROM fact) a ON d.k = a.k WHERE d.keep GROUP BY d.name ORDER BY d.name",
+}
+
+
+@pytest.mark.parametrize("query", list(REDUCED.values()), ids=list(REDUCED))
+def test_a_grouped_right_side_keeps_only_keys_the_left_side_has(engine: tuple[str, Config, Executor], tmp_path: Path, query: str) -> None:
+    """A few dimension rows joined to a fact table grouped (or made distinct) by the join keys:
+    the fact table's scan tasks keep only rows whose keys the dimension rows have (NULL keys,
+    duplicate dimension keys and keys the facts lack among them) before grouping; the answer is
+    DuckDB's. A HAVING on the facts' groups, joined back to the facts, builds that side first."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from croupier.storage import open_store
+
+    root, config, executor = engine
+    rng = np.random.default_rng(11)
+    n = 40_000
+    fact = pl.DataFrame({"k": pl.Series([None if i % 97 == 0 else int(x) for i, x in enumerate(rng.integers(0, 5_000, n))], dtype=pl.Int64), "k2": rng.integers(0, 3, n), "v": rng.integers(-50, 50, n)})
+    dim = pl.DataFrame({"k": pl.Series([1, 2, 2, 7, 4_999, 6_000, None, 3], dtype=pl.Int64), "k2": [0, 1, 2, 0, 1, 2, 0, 1], "name": ["a", "b", "b2", "c", "d", "missing", "null", "off"], "keep": [True] * 7 + [False]})
+    store = open_store(root, config)
+    paths = {"fact": tmp_path / "fact.parquet", "dim": tmp_path / "dim.parquet"}
+    fact.write_parquet(paths["fact"], row_group_size=5_000)
+    dim.write_parquet(paths["dim"])
+    for i in range(4):
+        buf = io.BytesIO()
+        pq.write_table(fact.slice(i * n // 4, n // 4).to_arrow(), buf, row_group_size=2_500)
+        store.put(f"reduce/fact/part-{i}.parquet", buf.getvalue())
+    store.put("reduce/dim/part-0.parquet", paths["dim"].read_bytes())
+    tables = {"fact": f"{root}/reduce/fact/", "dim": f"{root}/reduce/dim/"}
+    frame = croupier.sql(query, tables, config=config)
+    got = frame.collect(executor=executor)
+    assert differences(got, duckdb_answer(query, paths), ordered=True) == []
+    assert "its scan keeps the rows whose keys" in frame.explain(analyze=True)
+    having = "SELECT f.k, sum(f.v) AS s FROM (SELECT k FROM fact GROUP BY k HAVING sum(v) > 300) h JOIN fact f ON h.k = f.k GROUP BY f.k ORDER BY f.k"
+    frame = croupier.sql(having, tables, config=config)
+    assert differences(frame.collect(executor=executor), duckdb_answer(having, paths), ordered=True) == []
+    assert "is built first" in frame.explain(analyze=True)

@@ -52,7 +52,9 @@ from croupier.dag.stage import (
 from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr
 from croupier.expr.analysis import selectivity
+from croupier.expr.nodes import Alias
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window, walk
+from croupier.plan.optimize import passthrough
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
 
@@ -98,6 +100,9 @@ class Compiler:
         self._shared: dict[int, int] | None = None
         self._order_seen: set[int] = set()
         self._materialized: dict[int, Stage] = {}
+        #: semi-join reductions to apply where a scan is compiled: id(scan) -> (the stage whose rows
+        #: the scan's rows must match, the scan's key columns, that stage's key columns)
+        self._reductions: dict[int, tuple[Stage, tuple[str, ...], tuple[str, ...]]] = {}
 
     def stage(self, pipe: Pipeline, sink: Sink, what: str, workers: int | None = None, name: str | None = None) -> Stage:
         """Cut ``pipe`` into a stage writing ``sink``; submit it. Stages are named ``sNN-<what>``,
@@ -149,6 +154,11 @@ class Compiler:
         pipe = Pipeline(ScanSource(spec, dict(node.file_schema)))
         if spec.predicate is not None:
             pipe.ops.append(FilterOp(spec.predicate))
+        reduction = self._reductions.pop(id(node), None)
+        if reduction is not None:
+            build, columns, keys = reduction
+            pipe.sides[build.name] = ExchangeInput(build, "all")
+            pipe.ops.append(HashJoin(build.name, columns, keys, "semi"))
         return pipe
 
     def _filter(self, node: Filter) -> Pipeline:
@@ -204,30 +214,31 @@ class Compiler:
 
     def _left_first(self, node: Join) -> bool:
         """Whether to run the left side of an inner join first, as its build side: when its right
-        side is one (filtered) table, and broadcasting the left side to the right side's scan
-        tasks would move :data:`LEFT_FIRST_MARGIN` times fewer bytes than broadcasting the right
-        side to the tasks of the left side's largest table. Sizes are guesses before anything
-        runs: a table's Parquet column chunks times the share of rows its pushed-down conditions
-        keep, from the row groups' statistics (:meth:`ScanPlanner.kept_bytes`); what is built is
-        then measured, and broadcast only if small (:meth:`_broadcast`). TPC-H at SF 1: Q3 joins
-        its customers-and-orders (5 MiB) to lineitem after 1995-03-15 (half of it): built on the
+        side is one (filtered) table, or an aggregation of one by the join keys (see
+        :meth:`_reduced_right`), and broadcasting the left side to that table's scan tasks would
+        move :data:`LEFT_FIRST_MARGIN` times fewer bytes than broadcasting the right side to the
+        tasks of the left side's largest table. Sizes are guesses before anything runs: a
+        table's Parquet column chunks times the share of rows its pushed-down conditions keep,
+        from the row groups' statistics (:meth:`ScanPlanner.kept_bytes`); what is built is then
+        measured, and broadcast only if small (:meth:`_broadcast`). TPC-H at SF 1: Q3 joins its
+        customers-and-orders (5 MiB) to lineitem after 1995-03-15 (half of it): built on the
         right, lineitem was shuffled (0.55 s); built on the left, broadcast to lineitem's 12 scan
         tasks (0.41 s). Q5's orders of one year (4 MiB), broadcast to its customers' 2 tasks, stay
         on the right. Only joins whose result does not depend on the sides' roles: inner, both
         keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
         if self.dry or node.how != "inner" or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
             return False
-        right, filters = node.right, []
-        while isinstance(right, (Project, Filter)):
-            filters += [right.predicate] if isinstance(right, Filter) else []
-            right = right.input
-        if not isinstance(right, Scan):
+        found = self._key_scan(node.right, node.right_on)
+        if found is None:
             return False
+        right, _, filters, aggregated = found
         assert self.runner is not None
         scans = self.runner.scans
         lefts = [n.spec for n in walk(node.left) if isinstance(n, Scan)]
         if not lefts:
             return False
+        if not aggregated and any(_filters_groups(n) for n in walk(node.left)):
+            return True  # the left side joins a filtered aggregation (HAVING): likely few rows
         largest = max(lefts, key=scans.kept_bytes)  # the left side's pipeline streams it, as a rule
         kept = scans.kept_bytes(right.spec)
         for predicate in filters:  # conditions the optimiser could not push into the scan
@@ -236,11 +247,47 @@ class Compiler:
         right_first = kept * len(scans.splits(largest)[0])
         return LEFT_FIRST_MARGIN * left_first < right_first
 
+    def _key_scan(self, node: Node, keys: tuple[str, ...]) -> tuple[Scan, tuple[str, ...], list[Expr], bool] | None:
+        """The table under ``node`` whose columns ``keys`` (columns of ``node``) are, passed on
+        unchanged (renamed at most) through projections, filters and aggregations grouping by
+        them: (its scan, those columns' names in it, the filters on the way, whether an
+        aggregation is on the way); None when the way holds anything else or a shared node."""
+        names, filters, aggregated = list(keys), [], False
+        assert self._shared is not None
+        while id(node) not in self._shared:
+            if isinstance(node, Scan):
+                return (node, tuple(names), filters, aggregated) if all(n in node.file_schema for n in names) else None
+            if isinstance(node, Project):
+                renames = passthrough(node)
+                if not all(n in renames for n in names):
+                    return None
+                names = [renames[n] for n in names]
+            elif isinstance(node, Filter):
+                filters.append(node.predicate)
+            elif isinstance(node, (Aggregate, Distinct)):
+                groups = {e.output_name(): e.operand if isinstance(e, Alias) else e for e in node.keys} if isinstance(node, Aggregate) else {c: Col(c) for c in node.schema}
+                sources = [groups.get(n) for n in names]
+                if not all(isinstance(e, Col) for e in sources):
+                    return None
+                names = [e.name for e in sources]  # type: ignore[union-attr]
+                aggregated = True
+            else:
+                return None
+            node = node.input
+        return None
+
     def _join_left_first(self, node: Join) -> Pipeline:
         """An inner join built on its left side (see :meth:`_left_first`): broadcast to the right
         side's tasks when small, columns put back in the join's order; else a shuffle hash join
-        as usual, the left side already partitioned."""
+        as usual, the left side already partitioned. A right side that aggregates its table by
+        the join keys is first reduced to the rows whose keys the left side has (a semi join in
+        its scan tasks, the left side broadcast to them when small)."""
         build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "build")
+        found = self._key_scan(node.right, node.right_on)
+        reduce = found is not None and found[3]
+        if reduce:  # the reduction needs the left side's measure before the right side's stages
+            out = self.wait(build)
+            self._reduce(node, build, out, found[0], found[1])  # type: ignore[index]
         probe = self.compile(node.right)
         out = self.wait(build)
         self.notes.append(f"{node.label()}: the right side is one table much larger than the left side's tables -> the left side ({build.name}) is built first")
@@ -252,6 +299,26 @@ class Compiler:
         plan = out.plan if out is not None and out.early else None
         right = self.stage(probe, ExchangeSink(HashPartitioning(node.right_on), plan=plan), "probe")
         return Pipeline(ExchangeInput(build, "partition"), [node.operator(right.name)], {right.name: ExchangeInput(right, "partition")})
+
+    def _reduce(self, node: Join, build: Stage, out: StageOutput | None, scan: Scan, columns: tuple[str, ...]) -> None:
+        """Have ``scan``'s tasks keep only rows whose ``columns`` match the left side's keys
+        (``build``'s rows, read whole by every task): when that side was written for late
+        binding and is small enough to broadcast to them (at most ``config.broadcast_limit``
+        in all, or less than the table's decoded columns; never with broadcasts off). The
+        aggregation's groups whose keys the left side lacks would find no partner in the join:
+        dropping their rows first changes no answer. TPC-H Q4 at SF 1: its orders of one quarter
+        (1 MiB) broadcast to lineitem's 12 scan tasks, which then group 0.1M rows instead of
+        3.8M (0.46 s -> 0.23 s)."""
+        if out is None or out.early:
+            return
+        assert self.runner is not None
+        limit = self.config.broadcast_limit
+        tasks = len(self.runner.scans.splits(scan.spec)[0])
+        traffic = out.bytes * tasks
+        if limit <= 0 or (traffic > limit and traffic > self.runner.scans.scan_bytes(scan.spec, decoded=True)):
+            return
+        self._reductions[id(scan)] = (build, columns, node.left_on)
+        self.notes.append(f"{node.label()}: the right side aggregates {scan.spec.url} by the join keys -> its scan keeps the rows whose keys {build.name} has ({format_bytes(out.bytes)} x {tasks} task(s))")
 
     def _broadcast(self, node: Join, build: Stage, out: StageOutput | None, probe: Pipeline) -> bool:
         """Whether the build side, as measured, is small enough to send to every probe task: at most
@@ -470,6 +537,17 @@ def order_seen(root: Node) -> set[int]:
         if isinstance(node, ORDER_KEEPING) and not (isinstance(node, Limit) and isinstance(node.input, Sort)):
             stack.extend(node.children())
     return seen
+
+
+def _filters_groups(node: Node) -> bool:
+    """Whether ``node`` filters the groups of an aggregation (SQL's HAVING, or a WHERE on a
+    grouped subquery's result), through projections: what the planner takes for few rows."""
+    if not isinstance(node, Filter):
+        return False
+    below = node.input
+    while isinstance(below, Project):
+        below = below.input
+    return isinstance(below, Aggregate) and bool(below.keys)
 
 
 def shared_nodes(root: Node) -> dict[int, int]:

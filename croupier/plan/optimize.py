@@ -66,7 +66,7 @@ def _wrap(node: Node, preds: list[Expr]) -> Node:
     return node if predicate is None else Filter(node, predicate)
 
 
-def _passthrough(node: Project) -> dict[str, str]:
+def passthrough(node: Project) -> dict[str, str]:
     """Columns that leave ``node`` with the values of an input column, renamed or not: {output
     name: input name}. SQL's plans read every table through such a renaming (``l_shipdate`` as
     ``lineitem.l_shipdate``); a filter on the new names goes below it on the old ones, down to
@@ -117,7 +117,7 @@ class _Predicates:
             parts = ([node.spec.predicate] if node.spec.predicate is not None else []) + preds
             return Scan(replace(node.spec, predicate=conjoin(parts)), node.file_schema)
         if isinstance(node, Project):
-            names = _passthrough(node)
+            names = passthrough(node)
             down, keep = self._split(preds, set(names))
             renamed = [_renamed(p, names) for p in down]
             keep += [p for p, r in zip(down, renamed) if r is None]
