@@ -89,9 +89,9 @@ def test_the_learner_refits_between_runs_not_beside_them(tmp_path: Path, monkeyp
     config = Config(concurrency=1, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
     frame = _frame(tmp_path, config)
     gc.collect()  # runs other tests left unclosed count until collected: not during this test
-    before = profiles.active_runs()
+    before = run.active_runs()
     frame.collect()
-    assert frame.last_run is not None and profiles.active_runs() == before, "a finished run is not counted"
+    assert frame.last_run is not None and run.active_runs() == before, "a finished run is not counted"
     if not before:
         assert 0 < run.idle_seconds() < 5, "idle since that run ended"
     observations = observations_from_report(frame.last_run.report, 1, "r")

@@ -69,22 +69,23 @@ def test_joins_of_a_whole_larger_table_build_on_the_left(engine: tuple[str, Conf
     supplier to filtered lineitem, q18 the orders its HAVING subquery keeps: the left side is
     built first and broadcast to lineitem's scan tasks (columns put back in the join's order),
     or, with broadcasts off, shuffled with lineitem as usual; either way the answer is DuckDB's.
-    q4 joins its orders to lineitem grouped by order: lineitem's scan keeps only those orders'
-    rows before grouping (not with broadcasts off). q12's lineitem keeps a few rows in a thousand
+    q4 joins its orders to lineitem grouped by order, q17 and q20 (left joins) their parts to
+    lineitem grouped by part: lineitem's scan keeps only those orders' or parts' rows before
+    grouping (not with broadcasts off). q12's lineitem keeps a few rows in a thousand
     (its row groups' statistics and conditions say so): it stays on the right, built first."""
     root, config, executor = engine
     data = tpc_sql_data["tpch"]
     tables = upload_parts("tpch", data, root, config, PARTS)
     if broadcast_limit is not None:
         config = config.with_(broadcast_limit=broadcast_limit)
-    for number in (3, 4, 5, 7, 9, 12, 18):
+    for number in (3, 4, 5, 7, 9, 12, 17, 18, 20):
         query = reference_sql("tpch", number)
         frame = croupier.sql(query, tables, config=config)
         got = frame.collect(executor=executor)
         assert differences(got, duckdb_answer(query, data), ordered=is_ordered(query)) == []
         notes = frame.explain(analyze=True)
         assert ("is built first" in notes) == (number != 12), number
-        assert ("its scan keeps the rows whose keys" in notes) == (number == 4 and broadcast_limit != 0), number
+        assert ("its scan keeps the rows whose keys" in notes) == (number in (4, 17, 20) and broadcast_limit != 0), number
         assert ("-> shuffle hash join" in notes) == (broadcast_limit == 0), number
 
 
@@ -92,15 +93,16 @@ REDUCED = {
     "grouped": "SELECT d.k, d.name, a.s, a.n FROM dim d JOIN (SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k) a ON d.k = a.k WHERE d.keep ORDER BY d.k, d.name",
     "two keys": "SELECT d.name, a.k2, a.s FROM dim d JOIN (SELECT k, k2, sum(v) AS s FROM fact WHERE v > -40 GROUP BY k, k2) a ON d.k = a.k AND d.k2 = a.k2 WHERE d.keep ORDER BY d.name, a.k2",
     "distinct": "SELECT d.name, count(*) AS c FROM dim d JOIN (SELECT DISTINCT k FROM fact) a ON d.k = a.k WHERE d.keep GROUP BY d.name ORDER BY d.name",
+    "left join": "SELECT d.name, g.s, g.n FROM dim d LEFT JOIN (SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k) g ON d.k = g.k ORDER BY d.name",
 }
 
 
 @pytest.mark.parametrize("query", list(REDUCED.values()), ids=list(REDUCED))
 def test_a_grouped_right_side_keeps_only_keys_the_left_side_has(engine: tuple[str, Config, Executor], tmp_path: Path, query: str) -> None:
-    """A few dimension rows joined to a fact table grouped (or made distinct) by the join keys:
-    the fact table's scan tasks keep only rows whose keys the dimension rows have (NULL keys,
-    duplicate dimension keys and keys the facts lack among them) before grouping; the answer is
-    DuckDB's. A HAVING on the facts' groups, joined back to the facts, builds that side first."""
+    """A few dimension rows joined (inner, or left: every dimension row kept) to a fact table
+    grouped (or made distinct) by the join keys: the fact table's scan tasks keep only rows whose
+    keys the dimension rows have (NULL keys, duplicate dimension keys and keys the facts lack
+    among them) before grouping; the answer is DuckDB's. A HAVING on the facts' groups, joined back to the facts, builds that side first."""
     import io
 
     import pyarrow.parquet as pq

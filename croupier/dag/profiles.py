@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from croupier.dag.run import Run, active_runs, idle_seconds
+from croupier.dag.run import Run, idle_seconds
 from croupier.errors import CroupierError
 from croupier.model.cache import Entry, ProfileCache, learn, machine_id, store_key
 from croupier.model.fit import Observation, observations_from_report

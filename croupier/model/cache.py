@@ -69,8 +69,9 @@ def _safe(text: str) -> str:
 #: recalibrated: its stages were measured by another workload, and its coefficients mean other
 #: things (2: the imbalance is a share of one task's work, the per-wave cost is measured on busy
 #: functions, the workload gathers a query's tail; 3: a local folder's Parquet is decoded in place,
-#: and scans hand on a chunk per row group, so reads measured before cost a third more).
-WORKLOAD = 3
+#: and scans hand on a chunk per row group, so reads measured before cost a third more; 4: a
+#: stage's frame operators run as one lazy Polars query, and report one phase for all of them).
+WORKLOAD = 4
 
 
 @dataclass

@@ -198,7 +198,7 @@ class Compiler:
         if node.how == "cross":
             return self._cross_join(node)
         if self._left_first(node):
-            return self._join_left_first(node)
+            return self._join_left_kept(node) if node.how == "left" else self._join_left_first(node)
         build = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on)), "build")
         probe = self.compile(node.left)
         out = self.wait(build)
@@ -226,12 +226,14 @@ class Compiler:
         tasks (0.41 s). Q5's orders of one year (4 MiB), broadcast to its customers' 2 tasks, stay
         on the right. Only joins whose result does not depend on the sides' roles: inner, both
         keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
-        if self.dry or node.how != "inner" or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
+        if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
             return False
         found = self._key_scan(node.right, node.right_on)
         if found is None:
             return False
         right, _, filters, aggregated = found
+        if node.how == "left" and not aggregated:  # a left join's right side is built first only to be reduced
+            return False
         assert self.runner is not None
         scans = self.runner.scans
         lefts = [n.spec for n in walk(node.left) if isinstance(n, Scan)]
@@ -243,9 +245,32 @@ class Compiler:
         kept = scans.kept_bytes(right.spec)
         for predicate in filters:  # conditions the optimiser could not push into the scan
             kept *= selectivity(predicate, {})
-        left_first = scans.kept_bytes(largest) * len(scans.splits(right.spec)[0])
+        # a right side to reduce weighs the left side's guessed result, not its largest table
+        left_bytes = self._estimate(node.left)[0] if aggregated else scans.kept_bytes(largest)
+        left_first = left_bytes * len(scans.splits(right.spec)[0])
         right_first = kept * len(scans.splits(largest)[0])
         return LEFT_FIRST_MARGIN * left_first < right_first
+
+    def _estimate(self, node: Node) -> tuple[float, float]:
+        """A guess of the bytes ``node`` yields, and of the share of its largest table's rows they
+        hold: a scan's kept bytes (:meth:`ScanPlanner.kept_bytes`); a filter keeps
+        :func:`selectivity` of its rows; an inner join matches a table's rows (the larger side)
+        with keys of a smaller one (a dimension), so it keeps the smaller side's share of the
+        larger one; aggregations, left joins and the rest keep what their (first) input yields."""
+        assert self.runner is not None
+        scans = self.runner.scans
+        if isinstance(node, Scan):
+            kept, whole = scans.kept_bytes(node.spec), scans.scan_bytes(node.spec)
+            return kept, (kept / whole if whole else 1.0)
+        if isinstance(node, Filter):
+            size, share = self._estimate(node.input)
+            keep = selectivity(node.predicate, {})
+            return size * keep, share * keep
+        if isinstance(node, Join) and node.how == "inner":
+            (a, sa), (b, sb) = self._estimate(node.left), self._estimate(node.right)
+            return (a * sb, sa * sb) if a >= b else (b * sa, sa * sb)
+        children = node.children()
+        return self._estimate(children[0]) if children else (0.0, 1.0)
 
     def _key_scan(self, node: Node, keys: tuple[str, ...]) -> tuple[Scan, tuple[str, ...], list[Expr], bool] | None:
         """The table under ``node`` whose columns ``keys`` (columns of ``node``) are, passed on
@@ -290,7 +315,7 @@ class Compiler:
             self._reduce(node, build, out, found[0], found[1])  # type: ignore[index]
         probe = self.compile(node.right)
         out = self.wait(build)
-        self.notes.append(f"{node.label()}: the right side is one table much larger than the left side's tables -> the left side ({build.name}) is built first")
+        self.notes.append(f"{node.label()}: the left side is guessed much smaller than the right side's table -> the left side ({build.name}) is built first")
         if self._broadcast(node, build, out, probe):
             probe.sides[build.name] = ExchangeInput(build, "all")
             probe.ops.append(HashJoin(build.name, node.right_on, node.left_on, "inner", node.suffix, False))
@@ -298,6 +323,20 @@ class Compiler:
             return probe
         plan = out.plan if out is not None and out.early else None
         right = self.stage(probe, ExchangeSink(HashPartitioning(node.right_on), plan=plan), "probe")
+        return Pipeline(ExchangeInput(build, "partition"), [node.operator(right.name)], {right.name: ExchangeInput(right, "partition")})
+
+    def _join_left_kept(self, node: Join) -> Pipeline:
+        """A left join whose right side groups a table by the join keys (see :meth:`_left_first`):
+        the left side runs first, that table's scan keeps only rows whose keys it has, and the
+        two sides are joined partition by partition (every left row kept, as the join says)."""
+        build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "probe")
+        found = self._key_scan(node.right, node.right_on)
+        assert found is not None
+        out = self.wait(build)
+        self.notes.append(f"{node.label()}: the left side is guessed much smaller than the right side's table -> the left side ({build.name}) is built first")
+        self._reduce(node, build, out, found[0], found[1])
+        plan = out.plan if out is not None and out.early else None
+        right = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on), plan=plan), "build")
         return Pipeline(ExchangeInput(build, "partition"), [node.operator(right.name)], {right.name: ExchangeInput(right, "partition")})
 
     def _reduce(self, node: Join, build: Stage, out: StageOutput | None, scan: Scan, columns: tuple[str, ...]) -> None:
