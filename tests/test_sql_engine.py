@@ -132,3 +132,38 @@ def test_a_grouped_right_side_keeps_only_keys_the_left_side_has(engine: tuple[st
     frame = croupier.sql(having, tables, config=config)
     assert differences(frame.collect(executor=executor), duckdb_answer(having, paths), ordered=True) == []
     assert "is built first" in frame.explain(analyze=True)
+
+
+def test_wide_left_rows_reduce_the_right_side_by_their_keys_alone(engine: tuple[str, Config, Executor], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left rows too many to send to every scan task of the grouped right side (here: more than
+    the broadcast limit, and than a decoded size the test makes tiny): one task picks out their
+    distinct keys, and those are sent instead; the answer is DuckDB's."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from croupier.dag.splits import ScanPlanner
+    from croupier.storage import open_store
+
+    root, config, executor = engine
+    rng = np.random.default_rng(12)
+    n = 200_000
+    fact = pl.DataFrame({"k": rng.integers(0, 5_000, n), "v": rng.integers(-50, 50, n)})
+    dim = pl.DataFrame({"k": [1, 2, 2, 7, 4_999, 6_000], "pad": [rng.bytes(2_000).hex() for _ in range(6)]})  # incompressible
+    store = open_store(root, config)
+    paths = {"fact": tmp_path / "fact.parquet", "dim": tmp_path / "dim.parquet"}
+    fact.write_parquet(paths["fact"])
+    dim.write_parquet(paths["dim"])
+    for i in range(4):
+        buf = io.BytesIO()
+        pq.write_table(fact.slice(i * n // 4, n // 4).to_arrow(), buf)
+        store.put(f"wide/fact/part-{i}.parquet", buf.getvalue())
+    store.put("wide/dim/part-0.parquet", paths["dim"].read_bytes())
+    tables = {"fact": f"{root}/wide/fact/", "dim": f"{root}/wide/dim/"}
+    scan_bytes = ScanPlanner.scan_bytes
+    monkeypatch.setattr(ScanPlanner, "scan_bytes", lambda self, spec, decoded=False: 1 if decoded else scan_bytes(self, spec))
+    query = "SELECT d.k, d.pad, a.s FROM dim d JOIN (SELECT k, sum(v) AS s FROM fact GROUP BY k) a ON d.k = a.k ORDER BY d.k, d.pad"
+    frame = croupier.sql(query, tables, config=config.with_(broadcast_limit=4 << 10))
+    assert differences(frame.collect(executor=executor), duckdb_answer(query, paths), ordered=True) == []
+    notes = frame.explain(analyze=True)
+    assert "-keys has" in notes, notes

@@ -31,6 +31,7 @@ from typing import Any
 
 from croupier.config import Config
 from croupier.dag.binding import sort_phases
+from croupier.dag.operators import Aggregate as AggregateOp
 from croupier.dag.operators import Filter as FilterOp
 from croupier.dag.operators import HashJoin, Head, Operator, Select, TagRows
 from croupier.dag.operators import Window as WindowOp
@@ -341,7 +342,8 @@ class Compiler:
 
     def _reduce(self, node: Join, build: Stage, out: StageOutput | None, scan: Scan, columns: tuple[str, ...]) -> None:
         """Have ``scan``'s tasks keep only rows whose ``columns`` match the left side's keys
-        (``build``'s rows, read whole by every task): when that side was written for late
+        (``build``'s rows, or only their distinct keys, which one task picks out when the whole
+        rows are too many, read whole by every task): when that side was written for late
         binding and is small enough to broadcast to them (at most ``config.broadcast_limit``
         in all, or less than the table's decoded columns; never with broadcasts off). The
         aggregation's groups whose keys the left side lacks would find no partner in the join:
@@ -353,11 +355,19 @@ class Compiler:
         assert self.runner is not None
         limit = self.config.broadcast_limit
         tasks = len(self.runner.scans.splits(scan.spec)[0])
-        traffic = out.bytes * tasks
-        if limit <= 0 or (traffic > limit and traffic > self.runner.scans.scan_bytes(scan.spec, decoded=True)):
+        decoded = self.runner.scans.scan_bytes(scan.spec, decoded=True)
+        fits = lambda nbytes: limit > 0 and (nbytes * tasks <= limit or nbytes * tasks <= decoded)  # noqa: E731
+        side, size = build, out.bytes
+        if not fits(size) and limit > 0 and len(out.schema or ()) > len(node.left_on):  # more than the keys: send only the keys
+            keys = self.stage(Pipeline(ExchangeInput(build, "all"), [AggregateOp(tuple(node.left_on), ())]), ExchangeSink(SinglePartitioning()), "keys")
+            found = self.wait(keys)
+            if found is not None:
+                side, size = keys, found.bytes
+        if not fits(size):
+            self.notes.append(f"{node.label()}: the right side aggregates {scan.spec.url} by the join keys, but {side.name} ({format_bytes(size)} x {tasks} task(s)) is more than {format_bytes(limit)} and than the scan's {format_bytes(decoded)} -> not reduced")
             return
-        self._reductions[id(scan)] = (build, columns, node.left_on)
-        self.notes.append(f"{node.label()}: the right side aggregates {scan.spec.url} by the join keys -> its scan keeps the rows whose keys {build.name} has ({format_bytes(out.bytes)} x {tasks} task(s))")
+        self._reductions[id(scan)] = (side, columns, node.left_on)
+        self.notes.append(f"{node.label()}: the right side aggregates {scan.spec.url} by the join keys -> its scan keeps the rows whose keys {side.name} has ({format_bytes(size)} x {tasks} task(s))")
 
     def _broadcast(self, node: Join, build: Stage, out: StageOutput | None, probe: Pipeline) -> bool:
         """Whether the build side, as measured, is small enough to send to every probe task: at most
