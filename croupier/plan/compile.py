@@ -229,6 +229,8 @@ class Compiler:
         keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
         if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
             return False
+        if (shared := self._shared_stage(node.right)) is not None:
+            return self._left_first_of_shared(node, shared)
         found = self._key_scan(node.right, node.right_on)
         if found is None:
             return False
@@ -250,6 +252,30 @@ class Compiler:
         left_bytes = self._estimate(node.left)[0] if aggregated else scans.kept_bytes(largest)
         left_first = left_bytes * len(scans.splits(right.spec)[0])
         right_first = kept * len(scans.splits(largest)[0])
+        return LEFT_FIRST_MARGIN * left_first < right_first
+
+    def _shared_stage(self, node: Node) -> Stage | None:
+        """The stage that computed the shared subplan ``node`` reads (through projections and
+        filters), if it has been submitted already."""
+        assert self._shared is not None
+        while isinstance(node, (Project, Filter)) and id(node) not in self._shared:
+            node = node.input
+        return self._materialized.get(id(node)) if id(node) in self._shared else None
+
+    def _left_first_of_shared(self, node: Join, shared: Stage) -> bool:
+        """:meth:`_left_first` for a right side that reads a shared subplan's stage (a CTE used
+        twice): its measured bytes against the left side's guessed result, each times the other
+        side's tasks. TPC-H Q2's 750 brass parts of size 15 were joined to all of partsupp (its
+        shared stage: 19 MiB, broadcast to the parts' 2 scan tasks); built first, they are
+        broadcast to partsupp's 8 tasks instead."""
+        out = self.wait(shared)
+        assert self.runner is not None
+        lefts = [n.spec for n in walk(node.left) if isinstance(n, Scan)]
+        if out is None or not lefts:
+            return False
+        largest = max(lefts, key=self.runner.scans.kept_bytes)
+        left_first = self._estimate(node.left)[0] * out.tasks
+        right_first = out.bytes * len(self.runner.scans.splits(largest)[0])
         return LEFT_FIRST_MARGIN * left_first < right_first
 
     def _estimate(self, node: Node) -> tuple[float, float]:
