@@ -201,29 +201,28 @@ class Aggregate(Operator):
     adaptive: bool = False
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-        if self.adaptive and self.keys and self.aggs and self._hardly_reduces(df):
+        if self.decides and self._hardly_reduces(df):
             return self._bypass(df)
         return run_lazily(replace(self, adaptive=False), df, sides)
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         """The aggregation as it runs when it reduces (an adaptive one's choice is
         :meth:`Fused.apply`'s or :meth:`apply`'s to make, before)."""
-        exprs = [a.to_polars() for a in self.aggs]
-        if not self.keys:
-            return lf.select(exprs) if exprs else lf.head(0)
-        if not exprs:
-            return lf.select(list(self.keys)).unique()
-        return lf.group_by(list(self.keys)).agg(exprs)
+        return self._on(lf)
 
     def eager(self, df: pl.DataFrame) -> pl.DataFrame:
         """The same on eager Polars, which takes a few aggregations the lazy engine refuses (a sum
         of dates): :func:`run_lazily`'s fallback."""
+        return self._on(df)
+
+    def _on(self, frame: Any) -> Any:
+        """The aggregation on a lazy or an eager frame (the same methods on both)."""
         exprs = [a.to_polars() for a in self.aggs]
         if not self.keys:
-            return df.select(exprs) if exprs else df.head(0)
+            return frame.select(exprs) if exprs else frame.head(0)
         if not exprs:
-            return df.select(list(self.keys)).unique()
-        return df.group_by(list(self.keys)).agg(exprs)
+            return frame.select(list(self.keys)).unique()
+        return frame.group_by(list(self.keys)).agg(exprs)
 
     @property
     def decides(self) -> bool:
