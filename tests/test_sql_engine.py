@@ -130,6 +130,10 @@ def test_a_grouped_right_side_keeps_only_keys_the_left_side_has(engine: tuple[st
     assert differences(got, duckdb_answer(query, paths), ordered=True) == []
     assert "its scan keeps the rows whose keys" in frame.explain(analyze=True)
     having = "SELECT f.k, sum(f.v) AS s FROM (SELECT k FROM fact GROUP BY k HAVING sum(v) > 300) h JOIN fact f ON h.k = f.k GROUP BY f.k ORDER BY f.k"
+    # a left join to a subplan computed once for two uses (its stage has run): kept, not built first
+    shared = "WITH c AS (SELECT k, sum(v) AS s FROM fact GROUP BY k) SELECT k AS a, s FROM c WHERE s > 300 UNION ALL SELECT d.k, c.s FROM dim d LEFT JOIN c ON d.k = c.k ORDER BY a, s"
+    frame = croupier.sql(shared, tables, config=config)
+    assert differences(frame.collect(executor=executor), duckdb_answer(shared, paths), ordered=True) == []
     frame = croupier.sql(having, tables, config=config)
     assert differences(frame.collect(executor=executor), duckdb_answer(having, paths), ordered=True) == []
     assert "is built first" in frame.explain(analyze=True)

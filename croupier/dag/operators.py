@@ -233,6 +233,9 @@ class Aggregate(Operator):
     #: partial aggregation is skipped (as Spark's and DuckDB's adaptive pre-aggregation do)
     PROBE_ROWS = 65_536
     BYPASS_SHARE = 0.8
+    #: a fused run judges on the rows of the first PROBE_ROWS its filters keep, and only when at
+    #: least this fraction of them (1 / JUDGE_SHARE) is left
+    JUDGE_SHARE = 8
 
     def _hardly_reduces(self, df: pl.DataFrame) -> bool:
         """Whether the first PROBE_ROWS rows hold more than BYPASS_SHARE distinct groups."""
@@ -444,7 +447,8 @@ class Fused(Operator):
     An adaptive partial aggregation among them decides first, on the query's first
     ``Aggregate.PROBE_ROWS`` input rows through the steps before it, whether it reduces; if not,
     the steps before it run, it passes their rows through in partial form, and the rest run after.
-    After a join it judges the joined rows instead, as it does alone.
+    When the steps before it keep few of those rows (under 1/``JUDGE_SHARE``) it aggregates; after
+    a join it judges the joined rows instead, as it does alone.
     """
 
     steps: tuple[Operator, ...]
@@ -490,7 +494,10 @@ class Fused(Operator):
         lf = df.head(Aggregate.PROBE_ROWS).lazy()
         for op in before:
             lf = op.lazy(lf, sides)
-        return agg.prefix_hardly_reduces(collect(lf))
+        head = collect(lf)
+        # too few rows left to judge by (a selective filter): they are nearly all distinct
+        # whatever the groups, so the aggregation runs (as it would alone on the filtered rows)
+        return head.height >= Aggregate.PROBE_ROWS // Aggregate.JUDGE_SHARE and agg.prefix_hardly_reduces(head)
 
     @staticmethod
     def _collect(lf: pl.LazyFrame, df: pl.DataFrame, steps: tuple[Operator, ...], sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:

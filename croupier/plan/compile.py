@@ -65,8 +65,9 @@ SAMPLE_ROWS = 256
 #: output row depends on build rows that match nothing (right and full joins do, so they shuffle).
 BROADCASTABLE = ("inner", "left", "semi", "anti")
 #: How many times fewer bytes building the left side first must broadcast than building the
-#: right side first (each side's guessed size times the other's scan tasks) for an inner join to
-#: build its left side first: the plan as written, right side first, wins ties.
+#: right side first (each side's guessed size times the other's scan tasks) for a join to build
+#: its left side first (:meth:`Compiler._left_first`): the plan as written, right side first,
+#: wins ties.
 LEFT_FIRST_MARGIN = 2
 
 
@@ -214,23 +215,28 @@ class Compiler:
         return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
 
     def _left_first(self, node: Join) -> bool:
-        """Whether to run the left side of an inner join first, as its build side: when its right
-        side is one (filtered) table, or an aggregation of one by the join keys (see
-        :meth:`_reduced_right`), and broadcasting the left side to that table's scan tasks would
+        """Whether to run the left side of a join first, as its build side: for an inner join,
+        when its right side is one (filtered) table, or an aggregation of one by the join keys
+        (see :meth:`_key_scan`), and broadcasting the left side to that table's scan tasks would
         move :data:`LEFT_FIRST_MARGIN` times fewer bytes than broadcasting the right side to the
-        tasks of the left side's largest table. Sizes are guesses before anything runs: a
-        table's Parquet column chunks times the share of rows its pushed-down conditions keep,
-        from the row groups' statistics (:meth:`ScanPlanner.kept_bytes`); what is built is then
-        measured, and broadcast only if small (:meth:`_broadcast`). TPC-H at SF 1: Q3 joins its
-        customers-and-orders (5 MiB) to lineitem after 1995-03-15 (half of it): built on the
-        right, lineitem was shuffled (0.55 s); built on the left, broadcast to lineitem's 12 scan
-        tasks (0.41 s). Q5's orders of one year (4 MiB), broadcast to its customers' 2 tasks, stay
-        on the right. Only joins whose result does not depend on the sides' roles: inner, both
-        keys kept (``coalesce=False``, SQL's joins), no column names in common (no suffixes)."""
+        tasks of the left side's largest table; for a left join, only when its right side is
+        such an aggregation (to reduce it, :meth:`_join_left_kept`). Sizes are guesses before
+        anything runs: a table's Parquet column chunks times the share of rows its pushed-down
+        conditions keep, from the row groups' statistics (:meth:`ScanPlanner.kept_bytes`), and
+        for a right side to reduce, the left side's guessed result (:meth:`_estimate`); what is
+        built is then measured, and broadcast only if small (:meth:`_broadcast`). TPC-H at SF 1:
+        Q3 joins its customers-and-orders (5 MiB) to lineitem after 1995-03-15 (half of it):
+        built on the right, lineitem was shuffled (0.55 s); built on the left, broadcast to
+        lineitem's 12 scan tasks (0.41 s). Q5's orders of one year (4 MiB), broadcast to its
+        customers' 2 tasks, stay on the right. A right side reading a subplan computed once for
+        two uses is weighed by its measured size (:meth:`_left_first_of_shared`, inner joins),
+        and a left side that joins a filtered aggregation (a HAVING) is built first. Only joins
+        whose result does not depend on the sides' roles: both keys kept (``coalesce=False``,
+        SQL's joins), no column names in common (no suffixes)."""
         if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
             return False
         if (shared := self._shared_stage(node.right)) is not None:
-            return self._left_first_of_shared(node, shared)
+            return node.how == "inner" and self._left_first_of_shared(node, shared)
         found = self._key_scan(node.right, node.right_on)
         if found is None:
             return False
@@ -355,7 +361,9 @@ class Compiler:
     def _join_left_kept(self, node: Join) -> Pipeline:
         """A left join whose right side groups a table by the join keys (see :meth:`_left_first`):
         the left side runs first, that table's scan keeps only rows whose keys it has, and the
-        two sides are joined partition by partition (every left row kept, as the join says)."""
+        two sides are joined partition by partition (every left row kept, as the join says).
+        Where the reduction is declined (the left side too large to send), the left side has
+        still run first, and both sides are shuffled as they would have been."""
         build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "probe")
         found = self._key_scan(node.right, node.right_on)
         assert found is not None
