@@ -172,3 +172,30 @@ def test_wide_left_rows_reduce_the_right_side_by_their_keys_alone(engine: tuple[
     assert differences(frame.collect(executor=executor), duckdb_answer(query, paths), ordered=True) == []
     notes = frame.explain(analyze=True)
     assert "-keys has" in notes, notes
+
+
+def test_in_and_not_in_a_subquery_with_nulls_answer_as_duckdb(engine: tuple[str, Config, Executor], tmp_path: Path) -> None:
+    """SQL's three-valued IN on the engine: NOT IN a subquery holding a NULL keeps no row; NOT IN
+    an empty one keeps every row (a NULL operand too); in a SELECT list, IN is NULL for a NULL
+    operand and for no match among values with a NULL."""
+    from croupier.storage import open_store
+
+    root, config, executor = engine
+    frames = {
+        "small": pl.DataFrame({"a": [1, 2, 3, None], "x": [10, 20, 30, 40]}),
+        "vals": pl.DataFrame({"k": [1, None, 5], "v": [99, 99, 1]}),
+    }
+    store = open_store(root, config)
+    paths, tables = {}, {}
+    for name, frame in frames.items():
+        paths[name] = tmp_path / f"{name}.parquet"
+        frame.write_parquet(paths[name])
+        store.put(f"threevalued/{name}/part-0.parquet", paths[name].read_bytes())
+        tables[name] = f"{root}/threevalued/{name}/"
+    for query in (
+        "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 0) ORDER BY s.x",
+        "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 100) ORDER BY s.x",
+        "SELECT s.a, s.a IN (SELECT k FROM vals) AS i, s.a NOT IN (SELECT k FROM vals WHERE k IS NOT NULL) AS n FROM small s ORDER BY s.x",
+    ):
+        got = croupier.sql(query, tables, config=config).collect(executor=executor)
+        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query

@@ -628,6 +628,9 @@ class IsInFrame(Expr):
     operand: Expr
     frame: Any = field(compare=False)
     nulls_equal: bool = False
+    #: SQL's three-valued ``IN (subquery)``: NULL (not False) for a NULL operand, and for no match
+    #: when the subquery yields a NULL; False for an empty subquery
+    sql: bool = False
 
     def children(self) -> tuple[Expr, ...]:
         return (self.operand,)

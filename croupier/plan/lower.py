@@ -233,10 +233,24 @@ class _Lowering:
         frame = self.node(sub.frame)
         dtype = node.schema[key]
         right = Distinct(Project(frame, (Col(next(iter(frame.schema))).cast(dtype, strict=False).alias(values), Lit(True).alias(marker)), "select"))
-        joined = Join(node, right, (key,), (values,), "left")
+        joined: Node = Join(node, right, (key,), (values,), "left")
         result = self.hidden(joined.schema)
-        flag = when(Col(key).is_null()).then(Lit(None, pl.Boolean)).otherwise(Col(marker).is_not_null()).alias(result)
+        if sub.sql:  # a match: True; an empty subquery: False; a NULL operand, or a NULL among the values: NULL
+            joined, rows, nulls = self.frame_counts(joined, frame)
+            unknown = Col(key).is_null() | (Col(nulls) > 0)
+            flag = when(Col(marker).is_not_null()).then(Lit(True)).otherwise(when((Col(rows) > 0) & unknown).then(Lit(None, pl.Boolean)).otherwise(Lit(False))).alias(result)
+        else:
+            flag = when(Col(key).is_null()).then(Lit(None, pl.Boolean)).otherwise(Col(marker).is_not_null()).alias(result)
         return Project(joined, (flag,), "with_columns"), result
+
+    def frame_counts(self, node: Node, frame: Node) -> tuple[Node, str, str]:
+        """``node`` with two more columns, the same on every row: how many rows ``frame`` has, and
+        how many NULLs its (first) column holds; their names."""
+        rows, values, nulls = self.hidden(node.schema), self.hidden(node.schema), self.hidden(node.schema)  # distinct: a counter names them
+        column = Col(next(iter(frame.schema)))
+        counts = Aggregate(frame, (), (Agg("len", None).cast(pl.Int64).alias(rows), column.count().cast(pl.Int64).alias(values)))
+        counts = Project(counts, (Col(rows), (Col(rows) - Col(values)).alias(nulls)), "select")
+        return Join(node, counts, (), (), "cross"), rows, nulls
 
     def semi_or_anti(self, node: Node, part: Expr) -> Node | None:
         """``x.is_in(frame)`` (semi join) or ``~x.is_in(frame)`` (anti join, x not null) as a join."""
@@ -250,6 +264,10 @@ class _Lowering:
         values = self.hidden(keyed.schema)
         right = Project(frame, (Col(next(iter(frame.schema))).cast(keyed.schema[key], strict=False).alias(values),), "select")
         out: Node = Join(keyed, right, (key,), (values,), "anti" if negated else "semi")
+        if negated and inner.sql:  # SQL's NOT IN: true only for a non-NULL operand among no NULLs, or for no values at all
+            out, rows, nulls = self.frame_counts(out, frame)
+            out = Filter(out, (Col(rows) == 0) | (Col(key).is_not_null() & (Col(nulls) == 0)))
+            return Project(out, columns, "select")
         if negated:
             out = Filter(out, Col(key).is_not_null())
         return out if keyed is node else Project(out, columns, "select")

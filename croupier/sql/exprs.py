@@ -38,6 +38,7 @@ from croupier.expr import (
     min_horizontal,
     when,
 )
+from croupier.sql.parse import KEEP
 from croupier.sql.scope import Relation, dtype_of
 from croupier.sql.types import decimal_scale, polars_dtype
 
@@ -78,6 +79,8 @@ class ExprTranslator:
             hit = self.replace.get(sql_text(e))
             if hit is not None:
                 return hit
+        if isinstance(e, exp.Anonymous) and e.name.upper() == KEEP and isinstance(e.expressions[0], exp.In):
+            return self(e.expressions[0])  # an IN (subquery) kept from sqlglot's unnesting (see parse.keep_selected_in)
         handler = _HANDLERS.get(type(e))
         if handler is not None:
             out = handler(self, e)
@@ -177,7 +180,7 @@ class ExprTranslator:
         query = e.args.get("query")
         if query is not None:
             sub = query.this if isinstance(query, exp.Subquery) else query
-            return IsInFrame(x, self.query.scalar_source(sub, self.rel))
+            return IsInFrame(x, self.query.scalar_source(sub, self.rel), sql=True)
         values = [self(v) for v in e.expressions]
         if all(isinstance(v, Lit) for v in values) and all(v.value is not None for v in values):  # type: ignore[attr-defined]
             return IsIn(x, tuple(self._coerced(x, v)[1].value for v in values))  # type: ignore[attr-defined]

@@ -59,6 +59,18 @@ def keep_non_equi_exists(expression: exp.Expr) -> exp.Expr:
     return expression
 
 
+def keep_selected_in(expression: exp.Expr) -> exp.Expr:
+    """Wrap each ``x IN (subquery)`` outside a WHERE clause in ``CROUPIER_KEEP(...)``: sqlglot
+    unnests it into a left join tested with IS NOT NULL, which answers FALSE where SQL answers
+    NULL (a NULL ``x``, or no match among values with a NULL); Croupier's translation keeps SQL's
+    three values. In a WHERE clause NULL and FALSE drop the row alike, and the unnested form stays."""
+    for node in list(expression.find_all(exp.In)):
+        if node.args.get("query") is None or isinstance(node.find_ancestor(exp.Where, exp.Select), exp.Where):
+            continue
+        node.replace(exp.Anonymous(this=KEEP, expressions=[node.copy()]))
+    return expression
+
+
 def _is_inner(join: exp.Join) -> bool:
     return not join.side and (join.kind or "").upper() in ("", "INNER", "CROSS") and not join.args.get("using") and not join.args.get("method")
 
@@ -164,6 +176,7 @@ RULES = (
     pushdown_projections,
     normalize,
     keep_non_equi_exists,
+    keep_selected_in,
     unnest_subqueries,
     pushdown_predicates,
     optimize_joins,

@@ -703,7 +703,7 @@ def _correlated(node: exp.Expr) -> tuple[str, exp.Select | None, exp.Expr]:
         kind, inner = "scalar", node.this
     inner = inner.this if isinstance(inner, exp.Subquery) else inner
     if not isinstance(inner, exp.Select) or not _external_columns(inner):
-        if wrapper is not node:
+        if wrapper is not node and kind != "in":
             raise ConfigError("SQL: internal error: a kept subquery is not correlated")
         return kind, None, wrapper
     if kind == "in":
