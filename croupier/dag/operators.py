@@ -400,15 +400,19 @@ def pipeline_schema(data: Any, operators: tuple[Operator, ...], sides: Mapping[s
         if steps and isinstance(data, pl.DataFrame):
             lazy_sides = lazy_sides if lazy_sides is not None else {name: frame.lazy() for name, frame in sides.items()}
             try:
-                lf = data.lazy()
-                for step in steps:
-                    lf = step.lazy(lf, lazy_sides)
-                data = pl.DataFrame(schema=lf.collect_schema())
+                data = pl.DataFrame(schema=chain(data.lazy(), steps, lazy_sides).collect_schema())
                 continue
             except pl.exceptions.PolarsError:  # what the lazy engine refuses runs eagerly (a sum of dates)
                 pass
         data = op.apply(data, sides)
     return data.schema if isinstance(data, pl.DataFrame) else None
+
+
+def chain(lf: pl.LazyFrame, steps: tuple[Operator, ...], sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """The fusable ``steps`` added to the lazy query ``lf``, in order."""
+    for step in steps:
+        lf = step.lazy(lf, sides)
+    return lf
 
 
 def collect(lf: pl.LazyFrame) -> pl.DataFrame:
@@ -491,10 +495,7 @@ class Fused(Operator):
         rows through the steps ``before`` it (none of them a join)."""
         if df.height < 2 * Aggregate.PROBE_ROWS:
             return False
-        lf = df.head(Aggregate.PROBE_ROWS).lazy()
-        for op in before:
-            lf = op.lazy(lf, sides)
-        head = collect(lf)
+        head = collect(chain(df.head(Aggregate.PROBE_ROWS).lazy(), before, sides))
         # too few rows left to judge by (a selective filter): they are nearly all distinct
         # whatever the groups, so the aggregation runs (as it would alone on the filtered rows)
         return head.height >= Aggregate.PROBE_ROWS // Aggregate.JUDGE_SHARE and agg.prefix_hardly_reduces(head)

@@ -200,7 +200,7 @@ class Compiler:
         if node.how == "cross":
             return self._cross_join(node)
         if self._left_first(node):
-            return self._join_left_kept(node) if node.how == "left" else self._join_left_first(node)
+            return self._join_left_first(node)
         build = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on)), "build")
         probe = self.compile(node.left)
         out = self.wait(build)
@@ -220,7 +220,7 @@ class Compiler:
         (see :meth:`_key_scan`), and broadcasting the left side to that table's scan tasks would
         move :data:`LEFT_FIRST_MARGIN` times fewer bytes than broadcasting the right side to the
         tasks of the left side's largest table; for a left join, only when its right side is
-        such an aggregation (to reduce it, :meth:`_join_left_kept`). Sizes are guesses before
+        such an aggregation (to reduce it, :meth:`_join_left_first`). Sizes are guesses before
         anything runs: a table's Parquet column chunks times the share of rows its pushed-down
         conditions keep, from the row groups' statistics (:meth:`ScanPlanner.kept_bytes`), and
         for a right side to reduce, the left side's guessed result (:meth:`_estimate`); what is
@@ -245,12 +245,11 @@ class Compiler:
             return False
         assert self.runner is not None
         scans = self.runner.scans
-        lefts = [n.spec for n in walk(node.left) if isinstance(n, Scan)]
-        if not lefts:
+        largest = self._largest_scan(node.left)
+        if largest is None:
             return False
         if not aggregated and any(_filters_groups(n) for n in walk(node.left)):
             return True  # the left side joins a filtered aggregation (HAVING): likely few rows
-        largest = max(lefts, key=scans.kept_bytes)  # the left side's pipeline streams it, as a rule
         kept = scans.kept_bytes(right.spec)
         for predicate in filters:  # conditions the optimiser could not push into the scan
             kept *= selectivity(predicate, {})
@@ -259,6 +258,13 @@ class Compiler:
         left_first = left_bytes * len(scans.splits(right.spec)[0])
         right_first = kept * len(scans.splits(largest)[0])
         return LEFT_FIRST_MARGIN * left_first < right_first
+
+    def _largest_scan(self, node: Node) -> ScanSpec | None:
+        """The scan under ``node`` that keeps the most bytes (its pipeline streams it, as a rule);
+        None when it reads no table."""
+        assert self.runner is not None
+        specs = [n.spec for n in walk(node) if isinstance(n, Scan)]
+        return max(specs, key=self.runner.scans.kept_bytes) if specs else None
 
     def _shared_stage(self, node: Node) -> Stage | None:
         """The stage that computed the shared subplan ``node`` reads (through projections and
@@ -275,11 +281,10 @@ class Compiler:
         shared stage: 19 MiB, broadcast to the parts' 2 scan tasks); built first, they are
         broadcast to partsupp's 8 tasks instead."""
         out = self.wait(shared)
-        assert self.runner is not None
-        lefts = [n.spec for n in walk(node.left) if isinstance(n, Scan)]
-        if out is None or not lefts:
+        largest = self._largest_scan(node.left)
+        if out is None or largest is None:
             return False
-        largest = max(lefts, key=self.runner.scans.kept_bytes)
+        assert self.runner is not None
         left_first = self._estimate(node.left)[0] * out.tasks
         right_first = out.bytes * len(self.runner.scans.splits(largest)[0])
         return LEFT_FIRST_MARGIN * left_first < right_first
@@ -335,43 +340,30 @@ class Compiler:
         return None
 
     def _join_left_first(self, node: Join) -> Pipeline:
-        """An inner join built on its left side (see :meth:`_left_first`): broadcast to the right
-        side's tasks when small, columns put back in the join's order; else a shuffle hash join
-        as usual, the left side already partitioned. A right side that aggregates its table by
-        the join keys is first reduced to the rows whose keys the left side has (a semi join in
-        its scan tasks, the left side broadcast to them when small)."""
-        build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "build")
+        """A join built on its left side (see :meth:`_left_first`). A right side that aggregates
+        its table by the join keys is first reduced to the rows whose keys the left side has (a
+        semi join in its scan tasks, the left side broadcast to them when small). An inner join's
+        left side is then broadcast to the right side's tasks when small, columns put back in the
+        join's order; else, and always for a left join (every left row kept, as the join says:
+        the left side stays the stream), both sides are joined partition by partition, the left
+        side already partitioned. Where a reduction is declined (the left side too large to
+        send), the left side has still run first, and both sides are shuffled as they would have
+        been."""
+        inner = node.how == "inner"
+        build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "build" if inner else "probe")
         found = self._key_scan(node.right, node.right_on)
-        reduce = found is not None and found[3]
-        if reduce:  # the reduction needs the left side's measure before the right side's stages
-            out = self.wait(build)
-            self._reduce(node, build, out, found[0], found[1])  # type: ignore[index]
+        if found is not None and found[3]:  # the reduction needs the left side's measure before the right side's stages
+            self._reduce(node, build, self.wait(build), found[0], found[1])
         probe = self.compile(node.right)
         out = self.wait(build)
         self.notes.append(f"{node.label()}: the left side is guessed much smaller than the right side's table -> the left side ({build.name}) is built first")
-        if self._broadcast(node, build, out, probe):
+        if inner and self._broadcast(node, build, out, probe):
             probe.sides[build.name] = ExchangeInput(build, "all")
             probe.ops.append(HashJoin(build.name, node.right_on, node.left_on, "inner", node.suffix, False))
             probe.ops.append(Select(tuple(Col(c) for c in node.schema.names())))
             return probe
         plan = out.plan if out is not None and out.early else None
-        right = self.stage(probe, ExchangeSink(HashPartitioning(node.right_on), plan=plan), "probe")
-        return Pipeline(ExchangeInput(build, "partition"), [node.operator(right.name)], {right.name: ExchangeInput(right, "partition")})
-
-    def _join_left_kept(self, node: Join) -> Pipeline:
-        """A left join whose right side groups a table by the join keys (see :meth:`_left_first`):
-        the left side runs first, that table's scan keeps only rows whose keys it has, and the
-        two sides are joined partition by partition (every left row kept, as the join says).
-        Where the reduction is declined (the left side too large to send), the left side has
-        still run first, and both sides are shuffled as they would have been."""
-        build = self.stage(self.compile(node.left), ExchangeSink(HashPartitioning(node.left_on)), "probe")
-        found = self._key_scan(node.right, node.right_on)
-        assert found is not None
-        out = self.wait(build)
-        self.notes.append(f"{node.label()}: the left side is guessed much smaller than the right side's table -> the left side ({build.name}) is built first")
-        self._reduce(node, build, out, found[0], found[1])
-        plan = out.plan if out is not None and out.early else None
-        right = self.stage(self.compile(node.right), ExchangeSink(HashPartitioning(node.right_on), plan=plan), "build")
+        right = self.stage(probe, ExchangeSink(HashPartitioning(node.right_on), plan=plan), "probe" if inner else "build")
         return Pipeline(ExchangeInput(build, "partition"), [node.operator(right.name)], {right.name: ExchangeInput(right, "partition")})
 
     def _reduce(self, node: Join, build: Stage, out: StageOutput | None, scan: Scan, columns: tuple[str, ...]) -> None:
