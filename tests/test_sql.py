@@ -152,6 +152,9 @@ def test_joins(tables: dict[str, Path], query: str) -> None:
         "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE w > 100)",  # no values: every row, NULL k too
         "SELECT id, k IN (SELECT k FROM u) AS a, k NOT IN (SELECT k FROM u WHERE k IS NOT NULL) AS b FROM t",
         "SELECT id, k IN (SELECT k FROM u WHERE w > 100) AS e, NOT (k IN (SELECT k FROM u)) AS f FROM t",
+        "SELECT id FROM t WHERE NOT (k IN (SELECT k FROM u) AND q > 0)",  # under NOT, NULL is not FALSE
+        "SELECT id FROM t WHERE (k IN (SELECT k FROM u)) IS NULL",
+        "SELECT id FROM t WHERE k IN (SELECT k FROM u) OR q > 20",
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.w > 2)",
         "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k)",
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t.k AND t2.g <> t.g)",

@@ -60,15 +60,26 @@ def keep_non_equi_exists(expression: exp.Expr) -> exp.Expr:
 
 
 def keep_selected_in(expression: exp.Expr) -> exp.Expr:
-    """Wrap each ``x IN (subquery)`` outside a WHERE clause in ``CROUPIER_KEEP(...)``: sqlglot
-    unnests it into a left join tested with IS NOT NULL, which answers FALSE where SQL answers
-    NULL (a NULL ``x``, or no match among values with a NULL); Croupier's translation keeps SQL's
-    three values. In a WHERE clause NULL and FALSE drop the row alike, and the unnested form stays."""
+    """Wrap each ``x IN (subquery)`` whose NULL would differ from FALSE in ``CROUPIER_KEEP(...)``:
+    sqlglot unnests it into a left join tested with IS NOT NULL, which answers FALSE where SQL
+    answers NULL (a NULL ``x``, or no match among values with a NULL); Croupier's translation keeps
+    SQL's three values. Only where a WHERE clause takes it through AND, OR and parentheses alone
+    do NULL and FALSE drop the row alike, and the unnested form stays (under NOT, IS NULL, CASE or
+    in a SELECT list it does not)."""
     for node in list(expression.find_all(exp.In)):
-        if node.args.get("query") is None or isinstance(node.find_ancestor(exp.Where, exp.Select), exp.Where):
+        if node.args.get("query") is None or _filters_rows(node):
             continue
         node.replace(exp.Anonymous(this=KEEP, expressions=[node.copy()]))
     return expression
+
+
+def _filters_rows(node: exp.Expr) -> bool:
+    """Whether ``node`` is a WHERE clause's condition, or part of it through AND, OR and
+    parentheses only: a row it makes NULL is dropped as if FALSE."""
+    parent = node.parent
+    while isinstance(parent, (exp.And, exp.Or, exp.Paren)):
+        parent = parent.parent
+    return isinstance(parent, exp.Where)
 
 
 def _is_inner(join: exp.Join) -> bool:
