@@ -177,7 +177,7 @@ def test_wide_left_rows_reduce_the_right_side_by_their_keys_alone(engine: tuple[
 def test_in_and_not_in_a_subquery_with_nulls_answer_as_duckdb(engine: tuple[str, Config, Executor], tmp_path: Path) -> None:
     """SQL's three-valued IN on the engine: NOT IN a subquery holding a NULL keeps no row; NOT IN
     an empty one keeps every row (a NULL operand too); in a SELECT list, IN is NULL for a NULL
-    operand and for no match among values with a NULL."""
+    operand and for no match among values with a NULL. Each table is three files, one empty."""
     from croupier.storage import open_store
 
     root, config, executor = engine
@@ -190,7 +190,9 @@ def test_in_and_not_in_a_subquery_with_nulls_answer_as_duckdb(engine: tuple[str,
     for name, frame in frames.items():
         paths[name] = tmp_path / f"{name}.parquet"
         frame.write_parquet(paths[name])
-        store.put(f"threevalued/{name}/part-0.parquet", paths[name].read_bytes())
+        for i, part in enumerate((frame.head(2), frame.head(0), frame.slice(2))):  # several tasks, one file empty
+            part.write_parquet(tmp_path / f"{name}-{i}.parquet")
+            store.put(f"threevalued/{name}/part-{i}.parquet", (tmp_path / f"{name}-{i}.parquet").read_bytes())
         tables[name] = f"{root}/threevalued/{name}/"
     for query in (
         "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 0) ORDER BY s.x",
