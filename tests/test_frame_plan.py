@@ -180,6 +180,14 @@ def test_hash_buckets_agree_across_integer_widths() -> None:
     assert hash_buckets(a, ["k"], 1).tolist() == [0] * 5
 
 
+def test_hash_buckets_take_one_column_as_two_keys_like_two_equal_columns() -> None:
+    """``ON s.a = g.k AND s.a = g.k2``: the left side hashes (a, a), the right (k, k2); rows whose
+    keys are equal meet in one bucket (a struct of two fields named a failed with DuplicateError)."""
+    left = pl.DataFrame({"a": [1, 2, 3, None, 7]})
+    right = pl.DataFrame({"k": [1, 2, 3, None, 7], "k2": [1, 2, 3, None, 7]})
+    assert (hash_buckets(left, ["a", "a"], 16) == hash_buckets(right, ["k", "k2"], 16)).all()
+
+
 def test_hash_buckets_put_keys_polars_groups_together_in_one_bucket() -> None:
     """0.0 and -0.0, and every NaN, are one group in Polars, so one bucket, with one key column
     (hashed as it is) or several (hashed as a struct); chunked columns bucket as whole ones."""

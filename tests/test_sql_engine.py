@@ -201,3 +201,37 @@ def test_in_and_not_in_a_subquery_with_nulls_answer_as_duckdb(engine: tuple[str,
     ):
         got = croupier.sql(query, tables, config=config).collect(executor=executor)
         assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+
+
+def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Config, Executor], tmp_path: Path) -> None:
+    """With every join shuffled (no broadcast): one column as two join keys (its hash took two
+    fields of one name), an integer key equal to a float one (the column keeps its type), an
+    aggregate's FILTER clause and ORDER BY ALL. Each table is three files."""
+    from croupier.storage import open_store
+
+    root, config, executor = engine
+    rng = np.random.default_rng(13)
+    n = 3_000
+    frames = {
+        "s": pl.DataFrame({"a": pl.Series([None if i % 31 == 0 else int(v) for i, v in enumerate(rng.integers(0, 50, n))], dtype=pl.Int32), "b": rng.normal(size=n)}),
+        "g": pl.DataFrame({"k": np.arange(60) % 50, "k2": np.arange(60) % 47, "w": (np.arange(60) % 50).astype(np.float64), "v": np.arange(60)}),
+    }
+    store = open_store(root, config)
+    paths, tables = {}, {}
+    for name, frame in frames.items():
+        paths[name] = tmp_path / f"{name}.parquet"
+        frame.write_parquet(paths[name])
+        third = frame.height // 3
+        for i in range(3):
+            part = frame.slice(i * third, third if i < 2 else None)
+            part.write_parquet(tmp_path / f"{name}-{i}.parquet")
+            store.put(f"idioms/{name}/part-{i}.parquet", (tmp_path / f"{name}-{i}.parquet").read_bytes())
+        tables[name] = f"{root}/idioms/{name}/"
+    shuffled = config.with_(broadcast_limit=0)
+    for query in (
+        "SELECT s.a, s.b, g.v FROM s JOIN g ON s.a = g.k AND s.a = g.k2 ORDER BY ALL",
+        "SELECT s.a, g.w, g.v FROM s LEFT JOIN g ON s.a = g.w ORDER BY ALL DESC",
+        "SELECT a, count(*) FILTER (WHERE b > 0) AS up, sum(b) FILTER (WHERE b < -1) AS low, count(*) AS n FROM s GROUP BY a ORDER BY ALL",
+    ):
+        got = croupier.sql(query, tables, config=shuffled).collect(executor=executor)
+        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query

@@ -70,7 +70,8 @@ HASH_SEED = 0x5EED
 
 
 def _key_exprs(df: pl.DataFrame, keys: tuple[str, ...] | list[str]) -> list[pl.Expr]:
-    """Key columns normalised so equal values hash equally whatever their integer/float width."""
+    """Key columns normalised so equal values hash equally whatever their integer/float width,
+    named by position (a join may take one column as two keys: ``ON s.a = g.k AND s.a = g.k2``)."""
     exprs = []
     for k in keys:
         dtype = df.schema[k]
@@ -82,7 +83,7 @@ def _key_exprs(df: pl.DataFrame, keys: tuple[str, ...] | list[str]) -> list[pl.E
             exprs.append(pl.col(k).cast(pl.String))
         else:
             exprs.append(pl.col(k))
-    return exprs
+    return [e.alias(f"__k{i}") for i, e in enumerate(exprs)]
 
 
 def contiguous(df: pl.DataFrame) -> pl.DataFrame:

@@ -45,6 +45,48 @@ DIALECT = "duckdb"
 KEEP = "CROUPIER_KEEP"
 
 
+def unfilter_aggregates(expression: exp.Expr) -> exp.Expr:
+    """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)``: every SQL aggregate skips
+    NULLs, so both see the same values (``count(*)`` counts ``CASE WHEN c THEN 1 END``)."""
+    for node in list(expression.find_all(exp.Filter)):
+        agg, where = node.this, node.expression
+        if not isinstance(agg, exp.AggFunc) or not isinstance(where, exp.Where):
+            raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER (WHERE ...) applies to an aggregate function")
+        cond = where.this
+        agg = agg.copy()
+        if isinstance(agg, exp.Count) and (agg.this is None or isinstance(agg.this, exp.Star)):
+            agg.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))]))
+        else:
+            target = agg.this.expressions[0] if isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) == 1 else agg.this
+            if target is None or agg.expressions:
+                raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER is supported on aggregates of one argument")
+            target.replace(exp.Case(ifs=[exp.If(this=cond.copy(), true=target.copy())]))
+        node.replace(agg)
+    return expression
+
+
+def order_by_all(expression: exp.Expr) -> exp.Expr:
+    """DuckDB's ``ORDER BY ALL`` (``DESC``, ``NULLS FIRST``): every output column, left to right.
+    Runs after ``qualify``, which has expanded stars and named every output column."""
+    for order in list(expression.find_all(exp.Order)):
+        if len(order.expressions) != 1 or not _is_all(order.expressions[0].this):
+            if any(_is_all(o.this) for o in order.expressions):
+                raise ConfigError("SQL: ORDER BY ALL cannot be combined with other ORDER BY keys")
+            continue
+        select = order.parent
+        while isinstance(select, (exp.SetOperation, exp.Subquery)):
+            select = select.this
+        if not isinstance(select, exp.Select):
+            raise ConfigError("SQL: ORDER BY ALL needs a SELECT")
+        template = order.expressions[0]
+        order.set("expressions", [exp.Ordered(this=exp.column(p.alias_or_name, quoted=True), desc=template.args.get("desc"), nulls_first=template.args.get("nulls_first")) for p in select.expressions])
+    return expression
+
+
+def _is_all(e: exp.Expr) -> bool:
+    return isinstance(e, exp.Var) and e.name.upper() == "ALL"
+
+
 def keep_non_equi_exists(expression: exp.Expr) -> exp.Expr:
     """Wrap each EXISTS subquery correlated by a non-equality in ``CROUPIER_KEEP(...)``."""
     for scope in list(traverse_scope(expression)):
@@ -183,7 +225,9 @@ def connect_joins(expression: exp.Expr, table_bytes: dict[str, int] | None = Non
 
 
 RULES = (
+    unfilter_aggregates,
     qualify,
+    order_by_all,
     pushdown_projections,
     normalize,
     keep_non_equi_exists,
@@ -295,6 +339,8 @@ def _name(e: exp.Expr, columns: dict[str, str], substring: str) -> str:
         return f"({_name(e.left, columns, substring)} {_OPS[type(e)]} {_name(e.right, columns, substring)})"  # type: ignore[attr-defined]
     if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
         return "count_star()"
+    if isinstance(e, exp.Filter) and isinstance(e.expression, exp.Where):
+        return f"{_name(e.this, columns, substring)} FILTER (WHERE {_name(e.expression.this, columns, substring)})"
     if isinstance(e, exp.Cast):
         return f"CAST({_name(e.this, columns, substring)} AS {e.to.sql(DIALECT).upper()})"
     if isinstance(e, exp.Distinct):

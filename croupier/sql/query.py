@@ -198,7 +198,7 @@ class QueryTranslator:
             rkeys = [when(cond).then(k).otherwise(Lit(None)) for k in rkeys]
         lnode, lnames = self._keys(left.node, lkeys)
         rnode, rnames = self._keys(right.node, rkeys)
-        lnode, rnode = self._same_key_types(lnode, lnames, rnode, rnames)
+        lnode, lnames, rnode, rnames = self._same_key_types(lnode, lnames, rnode, rnames)
         node = Join(lnode, rnode, tuple(lnames), tuple(rnames), how, coalesce=False)
         columns = dict(left.columns) if how in ("semi", "anti") else {**left.columns, **right.columns}
         rel = Relation(node, columns)
@@ -215,22 +215,29 @@ class QueryTranslator:
                 names.append(name)
         return (Project(node, tuple(extra), "with_columns") if extra else node), names
 
-    def _same_key_types(self, lnode: Node, lnames: list[str], rnode: Node, rnames: list[str]) -> tuple[Node, Node]:
-        lcast, rcast = [], []
-        for a, b in zip(lnames, rnames):
+    def _same_key_types(self, lnode: Node, lnames: list[str], rnode: Node, rnames: list[str]) -> tuple[Node, list[str], Node, list[str]]:
+        """Both sides' keys of one type: a key that needs a cast is a new column, so the column
+        keeps its own type in the result (``ON t.k = u.w`` with an integer k and a float w) and
+        may be a key twice (``ON t.k = u.k AND t.k = u.w``)."""
+        lcast: list[Expr] = []
+        rcast: list[Expr] = []
+        lnames, rnames = list(lnames), list(rnames)
+        for i, (a, b) in enumerate(zip(lnames, rnames)):
             ta, tb = lnode.schema[a], rnode.schema[b]
             if ta == tb or (ta.is_integer() and tb.is_integer()):
                 continue
             common = supertype(ta, tb)
             if ta != common:
-                lcast.append(Col(a).cast(common))
+                lnames[i] = self.names.fresh("k")
+                lcast.append(Col(a).cast(common).alias(lnames[i]))
             if tb != common:
-                rcast.append(Col(b).cast(common))
+                rnames[i] = self.names.fresh("k")
+                rcast.append(Col(b).cast(common).alias(rnames[i]))
         if lcast:
             lnode = Project(lnode, tuple(lcast), "with_columns")
         if rcast:
             rnode = Project(rnode, tuple(rcast), "with_columns")
-        return lnode, rnode
+        return lnode, lnames, rnode, rnames
 
     # --- WHERE --------------------------------------------------------------------------------------
     def where(self, rel: Relation, cond: exp.Expr | None) -> Relation:
@@ -408,7 +415,7 @@ class QueryTranslator:
         bounds: Node = Aggregate(inode, tuple(Col(n).alias(k) for n, k in zip(inames, keys)), (Agg("min", x).alias(lo), Agg("max", x).alias(hi)))
         outer = Project(rel.node, tuple(Col(n).alias(c) for n, c in carried.items()), "with_columns")
         onode, onames = self._keys(outer, [p[1] for p in pairs])
-        onode, bounds = self._same_key_types(onode, onames, bounds, keys)
+        onode, onames, bounds, keys = self._same_key_types(onode, onames, bounds, keys)
         out = Join(onode, bounds, tuple(onames), tuple(keys), "left", coalesce=False)
         return rel.with_node(out), coalesce((Col(lo) != y) | (Col(hi) != y), Lit(False, pl.Boolean()))
 
@@ -445,7 +452,7 @@ class QueryTranslator:
         if pairs:
             lnode, lnames = self._keys(node, [p[0] for p in pairs])
             rnode, rnames = self._keys(distinct, [p[1] for p in pairs])
-            lnode, rnode = self._same_key_types(lnode, lnames, rnode, rnames)
+            lnode, lnames, rnode, rnames = self._same_key_types(lnode, lnames, rnode, rnames)
             node = Join(lnode, rnode, tuple(lnames), tuple(rnames), "inner", coalesce=False)
         else:
             node = Join(node, distinct, (), (), "cross")
