@@ -353,3 +353,35 @@ def test_split_counts_guess_the_rows_a_predicate_keeps_and_their_decoded_bytes(t
     assert counts["rows_kept"] == pytest.approx(25_000, rel=0.01)
     assert counts["bytes_decoded"] == 30_000 * 2 * 8
     assert counts["bytes_needed"] < counts["bytes_decoded"] / 2  # "c" (three values) compresses to little
+
+
+@pytest.mark.parametrize("decoder", ["polars", "arrow"])
+def test_a_predicate_of_comparisons_filters_while_decoding_and_a_like_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str, decoder: str) -> None:
+    """Comparisons, logic and set membership are evaluated by the read itself (Polars' decoder,
+    or after Arrow's), so the plan has no filter operator for them; a string function stays an
+    operator after the read. Either way the rows kept are the file's rows the predicate accepts,
+    with nulls (a NULL comparison keeps no row)."""
+    import croupier
+    from croupier.dag.operators import Filter as FilterOp
+    from croupier.dag.stage import ExchangeSink, SinglePartitioning
+    from croupier.plan.compile import Compiler, finish
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, row_group_size=1000)
+    if decoder == "arrow":
+        monkeypatch.setattr(scan, "_polars_decode", lambda *args: None)
+    truth = pl.from_arrow(pq.read_table(path))
+    plain = (col("flag") == "A") & col("i32").is_in([3, 5, 700]) | (col("text") == "comment 1 of row") | (col("k") < 4) & ~col("d").is_null()
+    spec = ScanSpec(str(path), "parquet", ("k", "i32", "flag", "text", "d"), plain)
+    assert scan.filters_in_read(spec)
+    store, splits, schema = _splits(path, spec, Config(), parts=3, reading=reading)
+    got = _read_all(store, spec, splits, pl.Schema(schema))
+    assert got.equals(truth.select(spec.columns).filter(plain.to_polars())) and 0 < got.height < ROWS
+    assert not scan.filters_in_read(ScanSpec(str(path), "parquet", ("text",), col("text").str.contains("of")))
+    for predicate, in_read in ((plain, True), (col("text").str.contains("7 of"), False)):
+        frame = croupier.scan_parquet(str(path), config=Config()).filter(predicate).select("k", "text")
+        compiler = Compiler(None, Config(), dry=True)
+        finish(compiler, compiler.compile(frame.optimized_plan()), ExchangeSink(SinglePartitioning()))
+        ops = [o for s in compiler.stages for op in s.ops for o in (getattr(op, "steps", None) or (op,))]
+        assert any(isinstance(o, FilterOp) for o in ops) != in_read
+        assert frame.collect().equals(truth.filter(predicate.to_polars()).select("k", "text"))

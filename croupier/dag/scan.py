@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from croupier.errors import CroupierError, InputError
-from croupier.expr import Expr, may_match
+from croupier.expr import Binary, Cast, Col, Expr, IsIn, Lit, Unary, may_match
 from croupier.expr.analysis import selectivity
 from croupier.model.profile import signed_kind
 from croupier.ops.formats import is_hidden
@@ -427,10 +427,29 @@ def _row_runs(meta: pq.FileMetaData, row_groups: Sequence[int]) -> list[tuple[in
     return runs
 
 
-def _polars_decode(path: str, meta: pq.FileMetaData, row_groups: Sequence[int], schema: pl.Schema) -> pl.DataFrame | None:
-    """The split's rows decoded by Polars, or None where Polars would not give exactly what the
-    scan's schema says (a type it maps differently from Arrow, a row count that is off): the
-    caller then decodes with Arrow, the reference the schema was taken from."""
+#: Expression nodes a predicate evaluated while decoding may hold (see :func:`filters_in_read`).
+_DECODER_NODES = (Col, Lit, Binary, Unary, IsIn, Cast)
+
+
+def filters_in_read(spec: ScanSpec) -> bool:
+    """Whether reading a split of ``spec`` keeps only the rows its predicate accepts, rather than
+    an operator after the read: Parquet, and a predicate of comparisons, logic and set membership.
+    Polars' decoder then evaluates it on the predicate's columns first and decodes the others for
+    the rows kept: a TPC-H Q19 row group of lineitem (string equalities, 3% kept) 5.9 ms -> 3.6,
+    Q12's 3.1 -> 2.2, numbers alone unchanged; but a ``LIKE '%green%'`` took 12 ms instead of 8,
+    so string functions stay after the read."""
+    return spec.format == "parquet" and spec.predicate is not None and not spec.predicate.has_subquery() and _decoder_only(spec.predicate)
+
+
+def _decoder_only(e: Expr) -> bool:
+    return isinstance(e, _DECODER_NODES) and all(_decoder_only(c) for c in e.children())
+
+
+def _polars_decode(path: str, meta: pq.FileMetaData, row_groups: Sequence[int], schema: pl.Schema, predicate: Expr | None = None) -> pl.DataFrame | None:
+    """The split's rows decoded by Polars (only those ``predicate`` accepts, when given), or None
+    where Polars would not give exactly what the scan's schema says (a type it maps differently
+    from Arrow, a row count that is off): the caller then decodes with Arrow, the reference the
+    schema was taken from."""
     columns = list(schema)
     if not columns:
         return None  # no columns: a frame of none has no rows in Polars
@@ -440,14 +459,15 @@ def _polars_decode(path: str, meta: pq.FileMetaData, row_groups: Sequence[int], 
             return None
         # each run on its own: concatenated lazily, Polars would share one scan of every row group
         # between them (common subplans), reading the holes between the runs
-        parts = [scan.slice(first, rows).collect() for first, rows in _row_runs(meta, row_groups)]
+        runs = [scan.slice(first, rows) for first, rows in _row_runs(meta, row_groups)]
+        parts = [(run if predicate is None else run.filter(predicate.to_polars())).collect() for run in runs]
         df = pl.concat(parts) if len(parts) > 1 else parts[0]
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
         return None
     # one chunk per row group, not made contiguous here: Polars' lazy engine, which runs the
     # operators, takes chunks as they are, and the exchange's bucket gather makes its input
     # contiguous first (croupier.ops.partition.contiguous)
-    return df if df.height == sum(meta.row_group(r).num_rows for r in row_groups) else None
+    return df if predicate is not None or df.height == sum(meta.row_group(r).num_rows for r in row_groups) else None
 
 
 def projected(spec: ScanSpec, file_schema: pl.Schema) -> pl.Schema:
@@ -464,7 +484,7 @@ def read_split(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schem
         return pl.DataFrame(schema=projected(spec, file_schema))
     try:
         if spec.format == "parquet":
-            df = _read_parquet(store, split, projected(spec, file_schema))
+            df = _read_parquet(store, split, projected(spec, file_schema), spec.predicate if filters_in_read(spec) else None)
         elif spec.format == "csv":
             df = _read_csv(store, spec, split, file_schema)
         else:
@@ -498,7 +518,8 @@ def _in_place(store: Store, split: Split, fd: int) -> Iterator[tuple[str, pq.Fil
         os.close(fd)
 
 
-def _read_parquet(store: Store, split: Split, schema: pl.Schema) -> pl.DataFrame:
+def _read_parquet(store: Store, split: Split, schema: pl.Schema, predicate: Expr | None = None) -> pl.DataFrame:
+    """The split's rows (those ``predicate`` accepts, when given) as a frame of ``schema``."""
     columns = list(schema)
     # in place where the decoder can open the very file the store opened (Linux' /proc/self/fd);
     # elsewhere the file's name could name a replacement by the time it is decoded
@@ -509,12 +530,13 @@ def _read_parquet(store: Store, split: Split, schema: pl.Schema) -> pl.DataFrame
         missing = [c for c in columns if c not in names]
         if missing:
             raise InputError(f"{split.where}: has no column(s) {missing}; its columns are {names} (schemas differ across files?)")
-        df = _polars_decode(path, meta, split.row_groups, schema)
+        df = _polars_decode(path, meta, split.row_groups, schema, predicate)
         if df is None:
             pf = pq.ParquetFile(path, pre_buffer=False)
             frame = pl.from_arrow(pf.read_row_groups(sorted(split.row_groups), columns=columns, use_threads=False))
             assert isinstance(frame, pl.DataFrame)
-            df = frame
+            frame = _conform(frame, schema, split.where)
+            return frame if predicate is None else frame.filter(predicate.to_polars())
     return _conform(df, schema, split.where)
 
 

@@ -37,7 +37,7 @@ from croupier.dag.operators import HashJoin, Head, Operator, Select, TagRows
 from croupier.dag.operators import Window as WindowOp
 from croupier.dag.operators import Sort as SortOp
 from croupier.dag.runner import DagRunner, StageOutput
-from croupier.dag.scan import ScanSpec
+from croupier.dag.scan import ScanSpec, filters_in_read
 from croupier.dag.stage import (
     ExchangeInput,
     ExchangeSink,
@@ -154,7 +154,7 @@ class Compiler:
     def _scan(self, node: Scan) -> Pipeline:
         spec: ScanSpec = node.spec
         pipe = Pipeline(ScanSource(spec, dict(node.file_schema)))
-        if spec.predicate is not None:
+        if spec.predicate is not None and not filters_in_read(spec):
             pipe.ops.append(FilterOp(spec.predicate))
         reduction = self._reductions.pop(id(node), None)
         if reduction is not None:
