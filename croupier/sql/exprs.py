@@ -38,6 +38,7 @@ from croupier.expr import (
     min_horizontal,
     when,
 )
+from croupier.sql.aggregates import aggregate
 from croupier.sql.parse import KEEP
 from croupier.sql.scope import Relation, dtype_of
 from croupier.sql.types import decimal_scale, polars_dtype
@@ -278,32 +279,14 @@ class ExprTranslator:
 
     # --- aggregations and windows ---------------------------------------------------------------------
     def aggregate(self, e: exp.Expr) -> Expr:
-        """An SQL aggregate over the rows of ``rel`` (DuckDB semantics)."""
-        if isinstance(e, exp.Count):
-            arg = e.this
-            if arg is None or isinstance(arg, exp.Star):
-                return Agg("len", None).cast(pl.Int64)
-            if isinstance(arg, exp.Distinct):
-                if len(arg.expressions) != 1:
-                    raise ConfigError("SQL: count(DISTINCT ...) of several columns is not supported")
-                x = self(arg.expressions[0])
-                return (x.n_unique() - (x.null_count() > 0).cast(pl.UInt32)).cast(pl.Int64)
-            return self(arg).count().cast(pl.Int64)
-        if isinstance(e.this, exp.Distinct):
-            raise ConfigError(f"SQL: {sql_text(e)}: DISTINCT is supported in count() only")
-        x = self(e.this)
-        if isinstance(e, exp.Sum):
-            total = (x.cast(pl.Int64) if is_integer(self.dtype(x)) else x).sum()
-            return when(x.count() > 0).then(total).otherwise(Lit(None))
-        if isinstance(e, exp.Avg):
-            return x.cast(pl.Float64).mean() if self.dtype(x) != pl.Float32 else x.mean()
-        if isinstance(e, (exp.Min, exp.Max)):
-            return x.min() if isinstance(e, exp.Min) else x.max()
-        if isinstance(e, (exp.StddevSamp, exp.Stddev)):
-            return x.cast(pl.Float64).std()
-        if isinstance(e, exp.VarianceSamp | exp.Variance):
-            return x.cast(pl.Float64).var()
-        raise ConfigError(f"SQL: aggregate {sql_text(e)} is not supported")
+        """An SQL aggregate over the rows of ``rel`` (DuckDB semantics, :mod:`croupier.sql.aggregates`)."""
+        return aggregate(self, e)
+
+    def ignore_nulls(self, e: exp.IgnoreNulls) -> Expr:
+        """``any_value(x) IGNORE NULLS`` (how sqlglot reads ``any_value``): any_value skips NULLs anyway."""
+        if isinstance(e.this, exp.AnyValue):
+            return self(e.this)
+        raise ConfigError(f"SQL: IGNORE NULLS is not supported here: {sql_text(e)}")
 
     def window(self, e: exp.Window) -> Expr:
         partition = tuple(self(p) for p in e.args.get("partition_by") or [])
@@ -424,6 +407,7 @@ _HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.DPipe: ExprTranslator.concat,
     exp.Trim: ExprTranslator.trim,
     exp.Window: ExprTranslator.window,
+    exp.IgnoreNulls: ExprTranslator.ignore_nulls,
     exp.Subquery: ExprTranslator.subquery,
     exp.Exists: ExprTranslator.exists,
 }

@@ -46,18 +46,22 @@ KEEP = "CROUPIER_KEEP"
 
 
 def unfilter_aggregates(expression: exp.Expr) -> exp.Expr:
-    """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)``: every SQL aggregate skips
-    NULLs, so both see the same values (``count(*)`` counts ``CASE WHEN c THEN 1 END``)."""
+    """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)``: SQL aggregates skip NULLs,
+    so both see the same values (``count(*)`` counts ``CASE WHEN c THEN 1 END``); list() keeps
+    NULLs, so its FILTER is refused."""
     for node in list(expression.find_all(exp.Filter)):
         agg, where = node.this, node.expression
         if not isinstance(agg, exp.AggFunc) or not isinstance(where, exp.Where):
             raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER (WHERE ...) applies to an aggregate function")
+        if isinstance(agg, exp.ArrayAgg):  # keeps NULLs: CASE WHEN c THEN x END would add them
+            raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER on list()/array_agg() is not supported; filter the rows in a subquery")
         cond = where.this
         agg = agg.copy()
         if isinstance(agg, exp.Count) and (agg.this is None or isinstance(agg.this, exp.Star)):
             agg.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))]))
         else:
             target = agg.this.expressions[0] if isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) == 1 else agg.this
+            target = target.this if isinstance(target, exp.Order) else target  # list(x ORDER BY y): x
             if target is None or agg.expressions:
                 raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER is supported on aggregates of one argument")
             target.replace(exp.Case(ifs=[exp.If(this=cond.copy(), true=target.copy())]))
