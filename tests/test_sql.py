@@ -238,6 +238,28 @@ def test_grouping_sets(tables: dict[str, Path], query: str) -> None:
     check(query, tables)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT DISTINCT ON (k) k, id, x FROM t ORDER BY k, x DESC NULLS LAST, id",
+        "SELECT DISTINCT ON (g, k % 2) g, k, id FROM t ORDER BY g NULLS FIRST, k % 2, id DESC",
+        "SELECT DISTINCT ON (k) id, q FROM t ORDER BY q DESC, id",
+        "SELECT DISTINCT ON (grp) coalesce(g, 'none') AS grp, id FROM t ORDER BY grp, id LIMIT 3",
+        "SELECT g, k % 3 AS m, count(*) AS n, sum(x) AS sx, 1 AS one FROM t GROUP BY ALL ORDER BY ALL",
+        "SELECT count(*) AS n, 'c' AS c FROM e GROUP BY ALL",
+        "SELECT count(*) AS n, max(x) AS mx FROM t GROUP BY ALL",
+        "SELECT id, g, x FROM t QUALIFY row_number() OVER (PARTITION BY g ORDER BY x DESC NULLS LAST, id) <= 2 ORDER BY g, id",
+        "SELECT id, g, rank() OVER (PARTITION BY g ORDER BY q) AS r FROM t WHERE k > 2 QUALIFY r = 1 ORDER BY id",
+        "SELECT g, k, sum(q) AS s FROM t GROUP BY g, k QUALIFY rank() OVER (PARTITION BY g ORDER BY sum(q) DESC) = 1 ORDER BY g, k",
+        "SELECT DISTINCT g FROM t QUALIFY count(*) OVER (PARTITION BY g) > 70 ORDER BY g",
+    ],
+)
+def test_distinct_on_group_by_all_and_qualify(tables: dict[str, Path], query: str) -> None:
+    """DISTINCT ON keeps the first row per key under ORDER BY (before, every row); GROUP BY ALL
+    groups by the select list's non-aggregates; QUALIFY filters the windowed select list."""
+    check(query, tables)
+
+
 def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
     got = check("SELECT sum(q), count(*), max(x) AS Biggest, g AS MixedCase, k FROM t GROUP BY g, k ORDER BY 4, 5", tables)
     assert got.columns == ["sum(q)", "count_star()", "Biggest", "MixedCase", "k"]

@@ -87,6 +87,26 @@ def order_by_all(expression: exp.Expr) -> exp.Expr:
     return expression
 
 
+def group_by_all(expression: exp.Expr) -> exp.Expr:
+    """DuckDB's ``GROUP BY ALL``: group by every select-list expression that reads a column and
+    holds no aggregate or window (a constant is no key: ``SELECT 1, count(*) ... GROUP BY ALL``
+    over no rows still answers one row). Runs after ``qualify``, which has expanded stars."""
+    for group in list(expression.find_all(exp.Group)):
+        if not group.args.get("all"):
+            continue
+        select = group.parent
+        keys = [p.unalias().copy() for p in select.expressions if _is_grouping_key(p)]
+        if keys:
+            group.replace(exp.Group(expressions=keys))
+        else:
+            group.pop()
+    return expression
+
+
+def _is_grouping_key(e: exp.Expr) -> bool:
+    return e.find(exp.Column) is not None and e.find(exp.AggFunc, exp.Window) is None
+
+
 def _is_all(e: exp.Expr) -> bool:
     return isinstance(e, exp.Var) and e.name.upper() == "ALL"
 
@@ -231,6 +251,7 @@ def connect_joins(expression: exp.Expr, table_bytes: dict[str, int] | None = Non
 RULES = (
     unfilter_aggregates,
     qualify,
+    group_by_all,
     order_by_all,
     pushdown_projections,
     normalize,
