@@ -104,6 +104,11 @@ def check(query: str, tables: dict[str, Path]) -> pl.DataFrame:
         "SELECT id FROM t WHERE s LIKE '%pp%' OR s NOT LIKE '%r%' OR s ILIKE '%BRASS%'",
         "SELECT id FROM t WHERE k IN (1, 3, 5) AND q NOT IN (0, 1) AND x BETWEEN -10 AND 10",
         "SELECT id, x + q * 2 - k AS e, abs(q) AS a, greatest(q, k) AS gr, least(q, k) AS le FROM t",
+        "SELECT id, date_trunc('month', d) AS m, date_trunc('week', d) AS w, date_trunc('year', d) AS y, strftime(d, '%Y/%m/%d %a %b %j') AS f, dayofweek(d) AS dw, isodow(d) AS iw, dayofyear(d) AS dy, EXTRACT(DOW FROM d) AS edw, EXTRACT(ISODOW FROM d) AS eiw, week(d) AS wk, quarter(d) AS qu FROM t",
+        "SELECT date_trunc('quarter', d) AS m, count(*) AS n FROM t GROUP BY 1 ORDER BY 1",
+        "SELECT id, regexp_matches(s, 'a[pr]') AS r, contains(s, 'pp') AS c, starts_with(s, ' B') AS sw, ends_with(g, '1') AS ew, replace(s, 'p', 'PP') AS rp, left(s, 3) AS l, right(s, 2) AS r2, left(g, -1) AS l1, right(s, -2) AS r1 FROM t",
+        "SELECT id, sign(x) AS sx, sign(q) AS sq, ln(abs(x) + 1) AS l, log(abs(q) + 1) AS l10, log(2, abs(x) + 1) AS l2, exp(x / 100) AS e, power(x, 2) AS p, pow(abs(q), 0.5) AS pq, sqrt(abs(x)) AS r FROM t",
+        "SELECT id, k IS DISTINCT FROM 3 AS a, k IS NOT DISTINCT FROM NULL AS b, g IS NOT DISTINCT FROM 'g1' AS c, d IS DISTINCT FROM '2000-01-15' AS e FROM t WHERE k IS DISTINCT FROM q",
     ],
 )
 def test_rows_expressions_and_order(tables: dict[str, Path], query: str) -> None:

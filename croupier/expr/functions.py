@@ -63,6 +63,7 @@ FUNCTIONS: dict[str, Function] = {
     "pow": Function(ROW, lambda e, x: e.pow(x)),
     "is_nan": Function(ROW, lambda e: e.is_nan()),
     "fill_null": Function(ROW, lambda e, v: e.fill_null(v)),
+    "eq_missing": Function(ROW, lambda a, b: a.eq_missing(b)),
     "fill_nan": Function(ROW, lambda e, v: e.fill_nan(v)),
     "coalesce": Function(ROW, lambda es: pl.coalesce(es), method=False, variadic=True),
     "max_horizontal": Function(ROW, lambda es: pl.max_horizontal(es), method=False, variadic=True),
@@ -83,6 +84,8 @@ FUNCTIONS: dict[str, Function] = {
     "replace_all": Function(ROW, lambda e, old, new, literal=True: e.str.replace_all(old, new, literal=literal)),
     "reverse": Function(ROW, lambda e: e.str.reverse()),
     "find": Function(ROW, lambda e, s: e.str.find(s, literal=True)),
+    "head": Function(ROW, lambda e, n: e.str.head(n)),
+    "tail": Function(ROW, lambda e, n: e.str.tail(n)),
     "struct": Function(ROW, lambda es: pl.struct(es), method=False, variadic=True),
     "concat_str": Function(ROW, lambda es, separator="", ignore_nulls=False: pl.concat_str(es, separator=separator, ignore_nulls=ignore_nulls), method=False, variadic=True),
     # dates

@@ -40,6 +40,7 @@ from croupier.expr import (
 )
 from croupier.sql.aggregates import aggregate
 from croupier.sql.parse import KEEP
+from croupier.sql.scalars import HANDLERS as SCALARS
 from croupier.sql.scope import Relation, dtype_of
 from croupier.sql.types import decimal_scale, polars_dtype
 
@@ -50,7 +51,7 @@ _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _UNITS = {"DAY": "d", "DAYS": "d", "MONTH": "mo", "MONTHS": "mo", "YEAR": "y", "YEARS": "y", "WEEK": "w", "WEEKS": "w"}
-_PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
+_PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "ISODOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
 #: Rank of a NULL order key placed last (above any dense rank of a real value).
 _NULL_LAST = 2**40
 
@@ -260,7 +261,8 @@ class ExprTranslator:
         part = e.this.name.upper()
         if part not in _PARTS:
             raise ConfigError(f"SQL: EXTRACT({part}) is not supported; use one of {sorted(_PARTS)}")
-        return Func(_PARTS[part], (self(e.expression),), ()).cast(pl.Int64)
+        value = Func(_PARTS[part], (self(e.expression),), ())
+        return (value % 7 if part == "DOW" else value).cast(pl.Int64)  # DOW: Sunday 0 (Polars: 7)
 
     def concat(self, e: exp.Expr) -> Expr:
         parts = [self(x) for x in (e.expressions if isinstance(e, exp.Concat) else (e.left, e.right))]
@@ -410,4 +412,5 @@ _HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.IgnoreNulls: ExprTranslator.ignore_nulls,
     exp.Subquery: ExprTranslator.subquery,
     exp.Exists: ExprTranslator.exists,
+    **SCALARS,
 }
