@@ -224,6 +224,12 @@ def test_set_operations(tables: dict[str, Path], query: str) -> None:
         "SELECT id, lag(q) OVER (PARTITION BY g ORDER BY id) AS prev, lead(q, 2) OVER (PARTITION BY g ORDER BY id) AS next2 FROM t",
         "SELECT g, sum(x) AS s, rank() OVER (ORDER BY sum(x) DESC) AS r, sum(sum(x)) OVER () AS total FROM t GROUP BY g",
         "SELECT id, rank() OVER (ORDER BY k NULLS FIRST, q DESC) AS r FROM t",
+        "SELECT id, percent_rank() OVER (PARTITION BY g ORDER BY k) AS pr, cume_dist() OVER (PARTITION BY g ORDER BY k DESC) AS cd, ntile(4) OVER (PARTITION BY g ORDER BY x, id) AS nt, ntile(7) OVER (ORDER BY id) AS n7 FROM t",
+        "SELECT id, percent_rank() OVER (ORDER BY q NULLS FIRST, k) AS pr, cume_dist() OVER (PARTITION BY k) AS cd, percent_rank() OVER (PARTITION BY k) AS p0 FROM t",
+        "SELECT k, max(rn) AS n, count(DISTINCT rn) AS d FROM (SELECT k, row_number() OVER (PARTITION BY k) AS rn FROM t) GROUP BY k ORDER BY k",  # was 1 on every row
+        "SELECT k, max(nt) AS b, count(*) FILTER (WHERE nt = 1) AS n1 FROM (SELECT k, ntile(3) OVER (PARTITION BY k) AS nt FROM t) GROUP BY k ORDER BY k",
+        "SELECT id, avg(x) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS a3, sum(q) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS s3, min(x) OVER (PARTITION BY k ORDER BY id DESC ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS m4, max(d) OVER (ORDER BY id ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING) AS md, count(x) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 4 PRECEDING AND CURRENT ROW) AS c5 FROM t",
+        "SELECT id, avg(x) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ra, sum(x) OVER (PARTITION BY k ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s2, median(x) OVER (PARTITION BY g) AS mg, string_agg(s, ',' ORDER BY id) OVER (PARTITION BY k) AS sk FROM t",
     ],
 )
 def test_windows(tables: dict[str, Path], query: str) -> None:
@@ -249,6 +255,7 @@ def test_grouping_sets(tables: dict[str, Path], query: str) -> None:
         "SELECT DISTINCT ON (k) k, id, x FROM t ORDER BY k, x DESC NULLS LAST, id",
         "SELECT DISTINCT ON (g, k % 2) g, k, id FROM t ORDER BY g NULLS FIRST, k % 2, id DESC",
         "SELECT DISTINCT ON (k) id, q FROM t ORDER BY q DESC, id",
+        "SELECT count(*) AS n, count(DISTINCT k) AS dk FROM (SELECT DISTINCT ON (k) k, id FROM t)",
         "SELECT DISTINCT ON (grp) coalesce(g, 'none') AS grp, id FROM t ORDER BY grp, id LIMIT 3",
         "SELECT g, k % 3 AS m, count(*) AS n, sum(x) AS sx, 1 AS one FROM t GROUP BY ALL ORDER BY ALL",
         "SELECT count(*) AS n, 'c' AS c FROM e GROUP BY ALL",

@@ -107,6 +107,10 @@ FUNCTIONS: dict[str, Function] = {
     "cum_min": Function(WINDOW, lambda e, reverse=False: e.cum_min(reverse=reverse)),
     "cum_max": Function(WINDOW, lambda e, reverse=False: e.cum_max(reverse=reverse)),
     "forward_fill": Function(WINDOW, lambda e: e.forward_fill()),
+    "rolling_sum": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_sum(size, min_samples=min_samples, center=center)),
+    "rolling_mean": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_mean(size, min_samples=min_samples, center=center)),
+    "rolling_min": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_min(size, min_samples=min_samples, center=center)),
+    "rolling_max": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_max(size, min_samples=min_samples, center=center)),
     "shift": Function(WINDOW, lambda e, n, fill=None: e.shift(n, fill_value=fill)),
     "int_range": Function(WINDOW, _int_range, method=False),
 }

@@ -41,6 +41,7 @@ from croupier.expr import (
 from croupier.sql.aggregates import aggregate
 from croupier.sql.parse import KEEP
 from croupier.sql.scalars import HANDLERS as SCALARS
+from croupier.sql.windows import window
 from croupier.sql.scope import Relation, dtype_of
 from croupier.sql.types import decimal_scale, polars_dtype
 
@@ -52,8 +53,6 @@ _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<"
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _UNITS = {"DAY": "d", "DAYS": "d", "MONTH": "mo", "MONTHS": "mo", "YEAR": "y", "YEARS": "y", "WEEK": "w", "WEEKS": "w"}
 _PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "ISODOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
-#: Rank of a NULL order key placed last (above any dense rank of a real value).
-_NULL_LAST = 2**40
 
 
 def is_integer(dtype: pl.DataType) -> bool:
@@ -291,52 +290,8 @@ class ExprTranslator:
         raise ConfigError(f"SQL: IGNORE NULLS is not supported here: {sql_text(e)}")
 
     def window(self, e: exp.Window) -> Expr:
-        partition = tuple(self(p) for p in e.args.get("partition_by") or [])
-        order = e.args.get("order")
-        ordered = list(order.expressions) if order is not None else []
-        keys = [self(o.this) for o in ordered]
-        desc = [bool(o.args.get("desc")) for o in ordered]
-        nulls_first = [bool(o.args.get("nulls_first")) for o in ordered]
-        fn = e.this
-        if isinstance(fn, (exp.Rank, exp.DenseRank, exp.RowNumber)):
-            method = {exp.Rank: "min", exp.DenseRank: "dense", exp.RowNumber: "ordinal"}[type(fn)]
-            if not keys:
-                if method != "ordinal":
-                    return Over(Lit(1, pl.Int64()), partition) if partition else Lit(1, pl.Int64())
-                keys, desc, nulls_first = [Lit(0)], [False], [False]
-            ranked = _rank(keys, desc, nulls_first, method).cast(pl.Int64)
-            return Over(ranked, partition) if partition else ranked
-        if isinstance(fn, (exp.Lag, exp.Lead)):
-            n = int(fn.args["offset"].this) if fn.args.get("offset") is not None else 1
-            shifted = self(fn.this).shift(n if isinstance(fn, exp.Lag) else -n)
-            return self._ordered_over(shifted, partition, keys, desc, nulls_first)
-        if not isinstance(fn, exp.AggFunc):
-            raise ConfigError(f"SQL: window function {sql_text(fn)} is not supported")
-        if not keys:
-            agg = self.aggregate(fn)
-            return Over(agg, partition) if partition else agg
-        spec = e.args.get("spec")
-        if spec is None or str(spec.args.get("kind", "")).upper() != "ROWS" or str(spec.args.get("start", "")).upper() != "UNBOUNDED" or str(spec.args.get("end", "")).upper() != "CURRENT ROW":
-            raise ConfigError(f"SQL: {sql_text(e)}: an ordered window aggregate needs ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
-        return self._ordered_over(self._running(fn), partition, keys, desc, nulls_first)
-
-    def _running(self, fn: exp.Expr) -> Expr:
-        """A running (cumulative) aggregate, NULL until the first non-NULL value (DuckDB's frame)."""
-        x = self(fn.this)
-        if isinstance(fn, exp.Sum):
-            return Func("cum_sum", ((x.cast(pl.Int64) if is_integer(self.dtype(x)) else x),), (False,)).forward_fill()
-        if isinstance(fn, exp.Max):
-            return x.cum_max().forward_fill()
-        if isinstance(fn, exp.Min):
-            return x.cum_min().forward_fill()
-        if isinstance(fn, exp.Count):
-            return x.cum_count().cast(pl.Int64)
-        raise ConfigError(f"SQL: running {sql_text(fn)} is not supported")
-
-    def _ordered_over(self, e: Expr, partition: tuple[Expr, ...], keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
-        if len(set(desc)) > 1 or len(set(nulls_first)) > 1:
-            raise ConfigError("SQL: an ordered window needs all ORDER BY keys in one direction and one NULLS order")
-        return Over(e, partition, tuple(keys), desc[0], not nulls_first[0])
+        """A window function (DuckDB semantics, :mod:`croupier.sql.windows`)."""
+        return window(self, e)
 
     # --- subqueries -----------------------------------------------------------------------------------
     def subquery(self, e: exp.Subquery) -> Expr:
@@ -348,16 +303,6 @@ class ExprTranslator:
         from croupier.plan.logical import Aggregate
 
         return ScalarFrame(Aggregate(node, (), (Agg("len", None).alias("n"),))) > 0
-
-
-def _rank(keys: list[Expr], desc: list[bool], nulls_first: list[bool], method: str) -> Expr:
-    """SQL rank of the order keys: each key as an ascending dense rank with NULLs placed as asked."""
-    parts = []
-    for key, d, nf in zip(keys, desc, nulls_first):
-        parts.append(coalesce(key.rank("dense", descending=d), Lit(0 if nf else _NULL_LAST, pl.UInt64())))
-    if len(parts) == 1:
-        return parts[0].rank(method)
-    return Func("struct", tuple(parts), ()).rank(method)
 
 
 def _func(name: str) -> Callable[[ExprTranslator, exp.Expr], Expr]:

@@ -44,7 +44,8 @@ from croupier.plan.logical import (
     Sort,
     Union,
 )
-from croupier.sql.exprs import ExprTranslator, _rank, sql_text
+from croupier.sql.exprs import ExprTranslator, sql_text
+from croupier.sql.windows import _rank, row_order
 from croupier.sql.parse import KEEP
 from croupier.sql.scope import Names, Relation, dtype_of, source, supertype
 
@@ -495,7 +496,7 @@ def _first_per_key(node: Node, on: list[Expr], keys: list[Expr], desc: list[bool
     if keys:
         first = _rank(keys, desc, [not n for n in nulls_last], "ordinal")
     else:
-        first = _rank([Lit(0)], [False], [False], "ordinal")
+        first = _rank([row_order()], [False], [False], "ordinal")
     columns = tuple(Col(c) for c in node.schema)
     numbered = Project(node, (Over(first, tuple(on)).alias(rn),), "with_columns")
     return Project(Filter(numbered, Col(rn) == 1), columns, "select")
