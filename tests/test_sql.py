@@ -356,6 +356,10 @@ def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
     for unsupported in ("mode(g)", "approx_count_distinct(g)", "first(g)"):  # not DuckDB's exact answer
         with pytest.raises(ConfigError, match="is not supported; supported aggregates: .*median"):
             croupier.sql(f"SELECT k, {unsupported} AS a FROM t GROUP BY k", sources, config=CONFIG)
+    with pytest.raises(ConfigError, match="VALUES in FROM is not supported; pass the rows as a table"):
+        croupier.sql("SELECT t.id, v.y FROM t JOIN (VALUES (1, 'a')) v(x, y) ON t.k = v.x", sources, config=CONFIG)
+    with pytest.raises(ConfigError, match="needs one of these frames"):  # DuckDB's default frame takes peers (RANGE)
+        croupier.sql("SELECT id, sum(x) OVER (ORDER BY k) AS s FROM t", sources, config=CONFIG)
     with pytest.raises(ConfigError, match="FILTER on list"):  # list() keeps NULLs: no CASE rewrite
         croupier.sql("SELECT list(g) FILTER (WHERE k > 1) AS l FROM t", sources, config=CONFIG)
 

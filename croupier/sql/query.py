@@ -147,6 +147,8 @@ class QueryTranslator:
             return source(self.tables[name], alias)
         if isinstance(e, exp.Subquery):
             return source(self.query(e.this), alias)
+        if isinstance(e, exp.Values):
+            raise ConfigError("SQL: VALUES in FROM is not supported; pass the rows as a table (a LazyFrame or a Parquet/CSV file in tables={...})")
         raise ConfigError(f"SQL: {type(e).__name__} in FROM is not supported")
 
     def join(self, left: Relation, join: exp.Join) -> Relation:
