@@ -10,6 +10,7 @@ INTERSECT (q38), UNION ALL of channels (q5, q77). The whole TPC-DS suite on the 
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Iterator
 
@@ -234,4 +235,43 @@ def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Con
         "SELECT a, count(*) FILTER (WHERE b > 0) AS up, sum(b) FILTER (WHERE b < -1) AS low, count(*) AS n FROM s GROUP BY a ORDER BY ALL",
     ):
         got = croupier.sql(query, tables, config=shuffled).collect(executor=executor)
+        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+
+
+def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engine: tuple[str, Config, Executor], tmp_path: Path) -> None:
+    """On worker processes, a table of three files: aggregates that do not split into partial and
+    final steps (median, quantiles, arg_max, string_agg, list: a group's rows meet on one task
+    after the exchange, or all rows without keys), with split ones beside them; GROUP BY ALL,
+    DISTINCT ON, QUALIFY, date functions and sliding window frames."""
+    from croupier.storage import open_store
+
+    root, config, executor = engine
+    rng = np.random.default_rng(21)
+    n = 3_000
+    frame = pl.DataFrame(
+        {
+            "a": pl.Series([None if i % 37 == 0 else int(v) for i, v in enumerate(rng.integers(0, 40, n))], dtype=pl.Int32),
+            "b": rng.normal(size=n),
+            "s": [None if i % 11 == 0 else f"s{i % 13}" for i in range(n)],
+            "d": [date(2021, 1, 1) + timedelta(days=int(v)) for v in rng.integers(0, 400, n)],
+            "id": np.arange(n),
+        }
+    )
+    store = open_store(root, config)
+    paths = {"t": tmp_path / "t.parquet"}
+    frame.write_parquet(paths["t"])
+    third = n // 3
+    for i in range(3):
+        frame.slice(i * third, third if i < 2 else None).write_parquet(tmp_path / f"t-{i}.parquet")
+        store.put(f"newaggs/t/part-{i}.parquet", (tmp_path / f"t-{i}.parquet").read_bytes())
+    tables = {"t": f"{root}/newaggs/t/"}
+    for query in (
+        "SELECT a, median(b) AS m, quantile_cont(b, 0.9) AS q9, quantile_disc(id, 0.5) AS qd, count_if(b > 0) AS cp, bool_and(b > -3) AS ba, bool_or(b > 2) AS bo, arg_max(id, b) AS am, min_by(s, id) AS ms, string_agg(s, ',' ORDER BY id) AS sa, list(id ORDER BY id DESC) AS l, var_pop(b) AS vp, count(*) AS n FROM t GROUP BY ALL ORDER BY a",
+        "SELECT median(b) AS m, quantile_cont(b, 0.25) AS q, arg_min(id, b) AS lo, count(*) AS n FROM t",
+        "SELECT DISTINCT ON (a) a, id, b FROM t ORDER BY a, b DESC",
+        "SELECT a, id, b FROM t QUALIFY row_number() OVER (PARTITION BY a ORDER BY b DESC) <= 2 ORDER BY a, id",
+        "SELECT date_trunc('month', d) AS m, dayofweek(d) AS w, count(*) AS n FROM t GROUP BY ALL ORDER BY ALL",
+        "SELECT id, avg(b) OVER (PARTITION BY a ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS r, ntile(4) OVER (PARTITION BY a ORDER BY id) AS nt, percent_rank() OVER (PARTITION BY a ORDER BY b) AS pr FROM t ORDER BY id",
+    ):
+        got = croupier.sql(query, tables, config=config).collect(executor=executor)
         assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from croupier.expr import Expr
+from croupier.expr.functions import polars_agg
 from croupier.expr.nodes import Alias, Col
 from croupier.model.profile import signed_kind
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns, sort_order, take
@@ -172,16 +173,18 @@ class WithColumns(Operator):
 
 @dataclass(frozen=True)
 class AggSpec:
-    """``fn`` over the input column ``column`` (None for len), named ``out``."""
+    """``fn`` over the input column ``column`` (None for len), named ``out``; ``args``: the
+    aggregation's constant arguments (a quantile's fraction, a string_agg's separator)."""
 
     fn: str
     column: str | None
     out: str
+    args: tuple[Any, ...] = ()
 
     def to_polars(self) -> pl.Expr:
         if self.fn == "len":
             return pl.len().cast(pl.Int64).alias(self.out)
-        e = getattr(pl.col(self.column), self.fn)()
+        e = polars_agg(self.fn, pl.col(self.column), self.args)
         if self.fn in ("count", "n_unique"):
             e = e.cast(pl.Int64)
         return e.alias(self.out)  # type: ignore[no-any-return]

@@ -63,6 +63,7 @@ FUNCTIONS: dict[str, Function] = {
     "pow": Function(ROW, lambda e, x: e.pow(x)),
     "is_nan": Function(ROW, lambda e: e.is_nan()),
     "fill_null": Function(ROW, lambda e, v: e.fill_null(v)),
+    "eq_missing": Function(ROW, lambda a, b: a.eq_missing(b)),
     "fill_nan": Function(ROW, lambda e, v: e.fill_nan(v)),
     "coalesce": Function(ROW, lambda es: pl.coalesce(es), method=False, variadic=True),
     "max_horizontal": Function(ROW, lambda es: pl.max_horizontal(es), method=False, variadic=True),
@@ -83,6 +84,8 @@ FUNCTIONS: dict[str, Function] = {
     "replace_all": Function(ROW, lambda e, old, new, literal=True: e.str.replace_all(old, new, literal=literal)),
     "reverse": Function(ROW, lambda e: e.str.reverse()),
     "find": Function(ROW, lambda e, s: e.str.find(s, literal=True)),
+    "head": Function(ROW, lambda e, n: e.str.head(n)),
+    "tail": Function(ROW, lambda e, n: e.str.tail(n)),
     "struct": Function(ROW, lambda es: pl.struct(es), method=False, variadic=True),
     "concat_str": Function(ROW, lambda es, separator="", ignore_nulls=False: pl.concat_str(es, separator=separator, ignore_nulls=ignore_nulls), method=False, variadic=True),
     # dates
@@ -104,6 +107,10 @@ FUNCTIONS: dict[str, Function] = {
     "cum_min": Function(WINDOW, lambda e, reverse=False: e.cum_min(reverse=reverse)),
     "cum_max": Function(WINDOW, lambda e, reverse=False: e.cum_max(reverse=reverse)),
     "forward_fill": Function(WINDOW, lambda e: e.forward_fill()),
+    "rolling_sum": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_sum(size, min_samples=min_samples, center=center)),
+    "rolling_mean": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_mean(size, min_samples=min_samples, center=center)),
+    "rolling_min": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_min(size, min_samples=min_samples, center=center)),
+    "rolling_max": Function(WINDOW, lambda e, size, min_samples=1, center=False: e.rolling_max(size, min_samples=min_samples, center=center)),
     "shift": Function(WINDOW, lambda e, n, fill=None: e.shift(n, fill_value=fill)),
     "int_range": Function(WINDOW, _int_range, method=False),
 }
@@ -111,3 +118,52 @@ FUNCTIONS: dict[str, Function] = {
 #: Window functions whose operands are scalars of the frame (``int_range(0, len())``), so an
 #: aggregation inside them does not make the expression an aggregation.
 ABSORBS_AGGREGATIONS = frozenset({"int_range"})
+
+
+# --- aggregations beyond Polars' plain methods ----------------------------------------------------
+
+
+def _arg_extreme(e: pl.Expr, largest: bool) -> pl.Expr:
+    """SQL ``arg_max(v, k)`` / ``arg_min``: ``v`` of the row with the largest (smallest) ``k``;
+    ``e`` is ``struct(v, k)``. Rows where either is null are skipped; null when none is left."""
+    v, k = e.struct.field("v"), e.struct.field("k")
+    kept = v.is_not_null() & k.is_not_null()
+    return v.filter(kept).sort_by(k.filter(kept), descending=largest).first()
+
+
+def _ordered_values(e: pl.Expr, descending: tuple[bool, ...], nulls_last: tuple[bool, ...]) -> pl.Expr:
+    """The field ``v`` of the struct ``e`` sorted by its fields ``k0``, ``k1``... (SQL's
+    ``agg(v ORDER BY k0, k1)``); unsorted without keys."""
+    v = e.struct.field("v")
+    if not descending:
+        return v
+    keys = [e.struct.field(f"k{i}") for i in range(len(descending))]
+    return v.sort_by(keys, descending=list(descending), nulls_last=list(nulls_last), maintain_order=True)
+
+
+def _string_agg(e: pl.Expr, separator: str, descending: tuple[bool, ...], nulls_last: tuple[bool, ...]) -> pl.Expr:
+    """SQL ``string_agg(v, separator ORDER BY ...)``: the non-null strings joined, null when none."""
+    v = _ordered_values(e, descending, nulls_last)
+    return pl.when(v.count() > 0).then(v.drop_nulls().str.join(separator)).otherwise(pl.lit(None, pl.String))
+
+
+def _list(e: pl.Expr, descending: tuple[bool, ...], nulls_last: tuple[bool, ...]) -> pl.Expr:
+    """SQL ``list(v ORDER BY ...)`` (``array_agg``): every value, nulls too, as one list."""
+    return _ordered_values(e, descending, nulls_last).implode()
+
+
+#: Aggregations that are not one Polars method of the operand (``Agg(fn, operand, args)``).
+AGG_BUILDERS: dict[str, Callable[..., pl.Expr]] = {
+    "quantile": lambda e, q, interpolation: e.quantile(q, interpolation),
+    "arg_max": lambda e: _arg_extreme(e, True),
+    "arg_min": lambda e: _arg_extreme(e, False),
+    "string_agg": _string_agg,
+    "list": _list,
+}
+
+
+def polars_agg(fn: str, e: pl.Expr, args: tuple[Any, ...] = ()) -> pl.Expr:
+    """The aggregation ``fn`` of ``e`` in Polars: a builder of :data:`AGG_BUILDERS`, else the
+    Polars method of that name."""
+    builder = AGG_BUILDERS.get(fn)
+    return builder(e, *args) if builder is not None else getattr(e, fn)(*args)

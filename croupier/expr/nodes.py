@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 import polars as pl
 
 from croupier.errors import ConfigError
-from croupier.expr.functions import ABSORBS_AGGREGATIONS, FUNCTIONS, WINDOW
+from croupier.expr.functions import ABSORBS_AGGREGATIONS, AGG_BUILDERS, FUNCTIONS, WINDOW, polars_agg
 
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
@@ -47,7 +47,7 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
 #: Aggregations, by name; each is Polars' method of the same name (len: rows of the group).
-AGGREGATIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len", "std", "var", "null_count", "median")
+AGGREGATIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len", "std", "var", "null_count", "median", *AGG_BUILDERS)
 RANK_METHODS = ("average", "min", "max", "dense", "ordinal")
 
 _DTYPES: dict[str, Any] = {
@@ -566,7 +566,7 @@ class Agg(Expr):
     def to_polars(self) -> pl.Expr:
         if self.operand is None:
             return pl.len()
-        return getattr(self.operand.to_polars(), self.fn)(*self.args)  # type: ignore[no-any-return]
+        return polars_agg(self.fn, self.operand.to_polars(), self.args)
 
     def show(self) -> str:
         if self.operand is None:

@@ -15,7 +15,8 @@
 With no keys the final ``Aggregate`` has no keys, so it yields exactly one row even when no
 partial rows reach it (empty input): sums 0, counts 0, mean/min/max null, like Polars.
 
-Aggregations that do not split (n_unique, median, std, var, and mean of non-numeric types) make
+Aggregations that do not split (n_unique, median, quantile, std, var, arg_max/arg_min, string_agg,
+list, and mean of non-numeric types) make
 the whole node run unsplit: ``partial`` is None and ``final`` aggregates the pre-projected rows
 after the exchange.
 """
@@ -72,8 +73,8 @@ def validate_aggs(keys: tuple[Expr, ...], aggs: tuple[Expr, ...]) -> None:
             if isinstance(node, Agg):
                 if node.operand is not None and node.operand.has_agg():
                     raise ConfigError(f"nested aggregation {node.show()}: aggregate once in agg(), then again in a second group_by")
-                if node.fn in ("std", "var") and node.args not in ((), (1,)):
-                    raise ConfigError(f"{node.show()}: only ddof=1 is supported for std/var")
+                if node.fn in ("std", "var") and node.args not in ((), (0,), (1,)):
+                    raise ConfigError(f"{node.show()}: only ddof=0 or ddof=1 is supported for std/var")
 
 
 def _parts(aggs: tuple[Expr, ...]) -> tuple[list[Agg], list[Expr]]:
@@ -137,7 +138,7 @@ def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr,
     tail: tuple[Operator, ...] = ((casts,) if casts else ()) + (out,)
     key_t = tuple(names)
     if not split:
-        specs = tuple(AggSpec(p.fn, None if p.operand is None or p.fn == "len" else f"__a{j}", f"__r{j}") for j, p in enumerate(parts))
+        specs = tuple(AggSpec(p.fn, None if p.operand is None or p.fn == "len" else f"__a{j}", f"__r{j}", p.args) for j, p in enumerate(parts))
         return LoweredAgg(Select(tuple(pre)), None, (AggregateOp(key_t, specs),) + tail)
     partial: list[AggSpec] = []
     final: list[AggSpec] = []

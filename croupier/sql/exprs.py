@@ -38,7 +38,10 @@ from croupier.expr import (
     min_horizontal,
     when,
 )
+from croupier.sql.aggregates import aggregate
 from croupier.sql.parse import KEEP
+from croupier.sql.scalars import HANDLERS as SCALARS
+from croupier.sql.windows import window
 from croupier.sql.scope import Relation, dtype_of
 from croupier.sql.types import decimal_scale, polars_dtype
 
@@ -49,9 +52,7 @@ _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _UNITS = {"DAY": "d", "DAYS": "d", "MONTH": "mo", "MONTHS": "mo", "YEAR": "y", "YEARS": "y", "WEEK": "w", "WEEKS": "w"}
-_PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
-#: Rank of a NULL order key placed last (above any dense rank of a real value).
-_NULL_LAST = 2**40
+_PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "ISODOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
 
 
 def is_integer(dtype: pl.DataType) -> bool:
@@ -259,7 +260,8 @@ class ExprTranslator:
         part = e.this.name.upper()
         if part not in _PARTS:
             raise ConfigError(f"SQL: EXTRACT({part}) is not supported; use one of {sorted(_PARTS)}")
-        return Func(_PARTS[part], (self(e.expression),), ()).cast(pl.Int64)
+        value = Func(_PARTS[part], (self(e.expression),), ())
+        return (value % 7 if part == "DOW" else value).cast(pl.Int64)  # DOW: Sunday 0 (Polars: 7)
 
     def concat(self, e: exp.Expr) -> Expr:
         parts = [self(x) for x in (e.expressions if isinstance(e, exp.Concat) else (e.left, e.right))]
@@ -278,80 +280,18 @@ class ExprTranslator:
 
     # --- aggregations and windows ---------------------------------------------------------------------
     def aggregate(self, e: exp.Expr) -> Expr:
-        """An SQL aggregate over the rows of ``rel`` (DuckDB semantics)."""
-        if isinstance(e, exp.Count):
-            arg = e.this
-            if arg is None or isinstance(arg, exp.Star):
-                return Agg("len", None).cast(pl.Int64)
-            if isinstance(arg, exp.Distinct):
-                if len(arg.expressions) != 1:
-                    raise ConfigError("SQL: count(DISTINCT ...) of several columns is not supported")
-                x = self(arg.expressions[0])
-                return (x.n_unique() - (x.null_count() > 0).cast(pl.UInt32)).cast(pl.Int64)
-            return self(arg).count().cast(pl.Int64)
-        if isinstance(e.this, exp.Distinct):
-            raise ConfigError(f"SQL: {sql_text(e)}: DISTINCT is supported in count() only")
-        x = self(e.this)
-        if isinstance(e, exp.Sum):
-            total = (x.cast(pl.Int64) if is_integer(self.dtype(x)) else x).sum()
-            return when(x.count() > 0).then(total).otherwise(Lit(None))
-        if isinstance(e, exp.Avg):
-            return x.cast(pl.Float64).mean() if self.dtype(x) != pl.Float32 else x.mean()
-        if isinstance(e, (exp.Min, exp.Max)):
-            return x.min() if isinstance(e, exp.Min) else x.max()
-        if isinstance(e, (exp.StddevSamp, exp.Stddev)):
-            return x.cast(pl.Float64).std()
-        if isinstance(e, exp.VarianceSamp | exp.Variance):
-            return x.cast(pl.Float64).var()
-        raise ConfigError(f"SQL: aggregate {sql_text(e)} is not supported")
+        """An SQL aggregate over the rows of ``rel`` (DuckDB semantics, :mod:`croupier.sql.aggregates`)."""
+        return aggregate(self, e)
+
+    def ignore_nulls(self, e: exp.IgnoreNulls) -> Expr:
+        """``any_value(x) IGNORE NULLS`` (how sqlglot reads ``any_value``): any_value skips NULLs anyway."""
+        if isinstance(e.this, exp.AnyValue):
+            return self(e.this)
+        raise ConfigError(f"SQL: IGNORE NULLS is not supported here: {sql_text(e)}")
 
     def window(self, e: exp.Window) -> Expr:
-        partition = tuple(self(p) for p in e.args.get("partition_by") or [])
-        order = e.args.get("order")
-        ordered = list(order.expressions) if order is not None else []
-        keys = [self(o.this) for o in ordered]
-        desc = [bool(o.args.get("desc")) for o in ordered]
-        nulls_first = [bool(o.args.get("nulls_first")) for o in ordered]
-        fn = e.this
-        if isinstance(fn, (exp.Rank, exp.DenseRank, exp.RowNumber)):
-            method = {exp.Rank: "min", exp.DenseRank: "dense", exp.RowNumber: "ordinal"}[type(fn)]
-            if not keys:
-                if method != "ordinal":
-                    return Over(Lit(1, pl.Int64()), partition) if partition else Lit(1, pl.Int64())
-                keys, desc, nulls_first = [Lit(0)], [False], [False]
-            ranked = _rank(keys, desc, nulls_first, method).cast(pl.Int64)
-            return Over(ranked, partition) if partition else ranked
-        if isinstance(fn, (exp.Lag, exp.Lead)):
-            n = int(fn.args["offset"].this) if fn.args.get("offset") is not None else 1
-            shifted = self(fn.this).shift(n if isinstance(fn, exp.Lag) else -n)
-            return self._ordered_over(shifted, partition, keys, desc, nulls_first)
-        if not isinstance(fn, exp.AggFunc):
-            raise ConfigError(f"SQL: window function {sql_text(fn)} is not supported")
-        if not keys:
-            agg = self.aggregate(fn)
-            return Over(agg, partition) if partition else agg
-        spec = e.args.get("spec")
-        if spec is None or str(spec.args.get("kind", "")).upper() != "ROWS" or str(spec.args.get("start", "")).upper() != "UNBOUNDED" or str(spec.args.get("end", "")).upper() != "CURRENT ROW":
-            raise ConfigError(f"SQL: {sql_text(e)}: an ordered window aggregate needs ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
-        return self._ordered_over(self._running(fn), partition, keys, desc, nulls_first)
-
-    def _running(self, fn: exp.Expr) -> Expr:
-        """A running (cumulative) aggregate, NULL until the first non-NULL value (DuckDB's frame)."""
-        x = self(fn.this)
-        if isinstance(fn, exp.Sum):
-            return Func("cum_sum", ((x.cast(pl.Int64) if is_integer(self.dtype(x)) else x),), (False,)).forward_fill()
-        if isinstance(fn, exp.Max):
-            return x.cum_max().forward_fill()
-        if isinstance(fn, exp.Min):
-            return x.cum_min().forward_fill()
-        if isinstance(fn, exp.Count):
-            return x.cum_count().cast(pl.Int64)
-        raise ConfigError(f"SQL: running {sql_text(fn)} is not supported")
-
-    def _ordered_over(self, e: Expr, partition: tuple[Expr, ...], keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
-        if len(set(desc)) > 1 or len(set(nulls_first)) > 1:
-            raise ConfigError("SQL: an ordered window needs all ORDER BY keys in one direction and one NULLS order")
-        return Over(e, partition, tuple(keys), desc[0], not nulls_first[0])
+        """A window function (DuckDB semantics, :mod:`croupier.sql.windows`)."""
+        return window(self, e)
 
     # --- subqueries -----------------------------------------------------------------------------------
     def subquery(self, e: exp.Subquery) -> Expr:
@@ -363,16 +303,6 @@ class ExprTranslator:
         from croupier.plan.logical import Aggregate
 
         return ScalarFrame(Aggregate(node, (), (Agg("len", None).alias("n"),))) > 0
-
-
-def _rank(keys: list[Expr], desc: list[bool], nulls_first: list[bool], method: str) -> Expr:
-    """SQL rank of the order keys: each key as an ascending dense rank with NULLs placed as asked."""
-    parts = []
-    for key, d, nf in zip(keys, desc, nulls_first):
-        parts.append(coalesce(key.rank("dense", descending=d), Lit(0 if nf else _NULL_LAST, pl.UInt64())))
-    if len(parts) == 1:
-        return parts[0].rank(method)
-    return Func("struct", tuple(parts), ()).rank(method)
 
 
 def _func(name: str) -> Callable[[ExprTranslator, exp.Expr], Expr]:
@@ -424,6 +354,8 @@ _HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.DPipe: ExprTranslator.concat,
     exp.Trim: ExprTranslator.trim,
     exp.Window: ExprTranslator.window,
+    exp.IgnoreNulls: ExprTranslator.ignore_nulls,
     exp.Subquery: ExprTranslator.subquery,
     exp.Exists: ExprTranslator.exists,
+    **SCALARS,
 }

@@ -48,18 +48,22 @@ KEEP = "CROUPIER_KEEP"
 
 
 def unfilter_aggregates(expression: exp.Expr) -> exp.Expr:
-    """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)``: every SQL aggregate skips
-    NULLs, so both see the same values (``count(*)`` counts ``CASE WHEN c THEN 1 END``)."""
+    """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)``: SQL aggregates skip NULLs,
+    so both see the same values (``count(*)`` counts ``CASE WHEN c THEN 1 END``); list() keeps
+    NULLs, so its FILTER is refused."""
     for node in list(expression.find_all(exp.Filter)):
         agg, where = node.this, node.expression
         if not isinstance(agg, exp.AggFunc) or not isinstance(where, exp.Where):
             raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER (WHERE ...) applies to an aggregate function")
+        if isinstance(agg, exp.ArrayAgg):  # keeps NULLs: CASE WHEN c THEN x END would add them
+            raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER on list()/array_agg() is not supported; filter the rows in a subquery")
         cond = where.this
         agg = agg.copy()
         if isinstance(agg, exp.Count) and (agg.this is None or isinstance(agg.this, exp.Star)):
             agg.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))]))
         else:
             target = agg.this.expressions[0] if isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) == 1 else agg.this
+            target = target.this if isinstance(target, exp.Order) else target  # list(x ORDER BY y): x
             if target is None or agg.expressions:
                 raise ConfigError(f"SQL: {node.sql(DIALECT)}: FILTER is supported on aggregates of one argument")
             target.replace(exp.Case(ifs=[exp.If(this=cond.copy(), true=target.copy())]))
@@ -83,6 +87,26 @@ def order_by_all(expression: exp.Expr) -> exp.Expr:
         template = order.expressions[0]
         order.set("expressions", [exp.Ordered(this=exp.column(p.alias_or_name, quoted=True), desc=template.args.get("desc"), nulls_first=template.args.get("nulls_first")) for p in select.expressions])
     return expression
+
+
+def group_by_all(expression: exp.Expr) -> exp.Expr:
+    """DuckDB's ``GROUP BY ALL``: group by every select-list expression that reads a column and
+    holds no aggregate or window (a constant is no key: ``SELECT 1, count(*) ... GROUP BY ALL``
+    over no rows still answers one row). Runs after ``qualify``, which has expanded stars."""
+    for group in list(expression.find_all(exp.Group)):
+        if not group.args.get("all"):
+            continue
+        select = group.parent
+        keys = [p.unalias().copy() for p in select.expressions if _is_grouping_key(p)]
+        if keys:
+            group.replace(exp.Group(expressions=keys))
+        else:
+            group.pop()
+    return expression
+
+
+def _is_grouping_key(e: exp.Expr) -> bool:
+    return e.find(exp.Column) is not None and e.find(exp.AggFunc, exp.Window) is None
 
 
 def _is_all(e: exp.Expr) -> bool:
@@ -229,6 +253,7 @@ def connect_joins(expression: exp.Expr, table_bytes: dict[str, int] | None = Non
 RULES = (
     unfilter_aggregates,
     qualify,
+    group_by_all,
     order_by_all,
     pushdown_projections,
     normalize,

@@ -30,7 +30,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Col, Expr, Lit, coalesce, conjoin, when
+from croupier.expr import Agg, Col, Expr, Lit, Over, coalesce, conjoin, when
 from croupier.plan.logical import (
     Aggregate,
     Distinct,
@@ -45,6 +45,7 @@ from croupier.plan.logical import (
     Union,
 )
 from croupier.sql.exprs import ExprTranslator, sql_text
+from croupier.sql.windows import _rank, row_order
 from croupier.sql.parse import KEEP
 from croupier.sql.scope import Names, Relation, dtype_of, source, supertype
 
@@ -146,6 +147,8 @@ class QueryTranslator:
             return source(self.tables[name], alias)
         if isinstance(e, exp.Subquery):
             return source(self.query(e.this), alias)
+        if isinstance(e, exp.Values):
+            raise ConfigError("SQL: VALUES in FROM is not supported; pass the rows as a table (a LazyFrame or a Parquet/CSV file in tables={...})")
         raise ConfigError(f"SQL: {type(e).__name__} in FROM is not supported")
 
     def join(self, left: Relation, join: exp.Join) -> Relation:
@@ -274,20 +277,16 @@ class QueryTranslator:
                 by_alias.setdefault(sql_text(exp.column(n, quoted=quoted)), out.operand)  # type: ignore[attr-defined]
         ordering = ExprTranslator(self, rel, by_alias)
         for o in order.expressions if order is not None else []:
-            name = _output_ref(o.this, names)
-            if name is None:
-                e = ordering(o.this)
-                match = [n for n, out in zip(names, outputs) if out.operand.show() == e.show()]  # type: ignore[attr-defined]
-                name = match[0] if match else self.names.fresh("s")
-                if not match:
-                    hidden.append(e.alias(name))
-            keys.append(Col(name))
+            keys.append(Col(_output_ref(o.this, names) or self._named(ordering(o.this), names, outputs, hidden)))
             desc.append(bool(o.args.get("desc")))
             nulls_last.append(not o.args.get("nulls_first"))
-        if sel.args.get("qualify") is not None:
-            raise ConfigError("SQL: QUALIFY is not supported; filter the windowed query in an outer SELECT")
-        node: Node = Project(rel.node, tuple(exprs + hidden), "select")
-        if sel.args.get("distinct") is not None:
+        distinct = sel.args.get("distinct")
+        on = distinct.args.get("on") if distinct is not None else None
+        on_keys = [Col(self._named(ordering(e), names, outputs, hidden)) for e in on.expressions] if on is not None else []
+        node: Node = self._qualified(Project(rel.node, tuple(exprs + hidden), "select"), sel.args.get("qualify"), ordering)
+        if on is not None:
+            node = _first_per_key(node, on_keys, keys, desc, nulls_last, self.names.fresh("rn"))
+        elif distinct is not None:
             if hidden:
                 raise ConfigError("SQL: with SELECT DISTINCT, ORDER BY expressions must be in the select list")
             node = Distinct(node)
@@ -296,6 +295,31 @@ class QueryTranslator:
         if hidden:
             node = Project(node, tuple(Col(c) for c in list(node.schema)[: len(exprs)]), "select")
         return _limit(sel, node)
+
+    def _named(self, e: Expr, names: list[str], outputs: list[Expr], hidden: list[Expr]) -> str:
+        """The column holding ``e`` (an ORDER BY or DISTINCT ON key): the select-list column that
+        computes it, or a hidden column added to ``hidden`` (dropped after sorting)."""
+        match = [n for n, out in zip(names, outputs) if out.operand.show() == e.show()]  # type: ignore[attr-defined]
+        if match:
+            return match[0]
+        for h in hidden:
+            if h.operand.show() == e.show():  # type: ignore[attr-defined]
+                return h.output_name()
+        name = self.names.fresh("s")
+        hidden.append(e.alias(name))
+        return name
+
+    def _qualified(self, node: Project, qualify: exp.Qualify | None, ordering: ExprTranslator) -> Node:
+        """QUALIFY, as DuckDB runs it: a filter on the select list's rows once windows are
+        computed (before DISTINCT and ORDER BY). The condition is computed as one more column of
+        the select list (it reads the rows before it, and may hold windows, which a filter cannot
+        run), dropped after the filter."""
+        if qualify is None:
+            return node
+        flag = self.names.fresh("q")
+        columns = tuple(Col(c) for c in node.schema)
+        flagged = Project(node.input, node.exprs + (ordering(qualify.this).alias(flag),), "select")
+        return Project(Filter(flagged, Col(flag)), columns, "select")
 
     def aggregate(self, rel: Relation, group: exp.Group | None, calls: list[exp.Expr], groupings: list[exp.Grouping], carry: list[str]) -> tuple[Relation, dict[str, Expr]]:
         keys, sets = _grouping(group)
@@ -466,6 +490,18 @@ class QueryTranslator:
 
 def _fail(message: str) -> str:
     raise ConfigError(f"SQL: {message}")
+
+
+def _first_per_key(node: Node, on: list[Expr], keys: list[Expr], desc: list[bool], nulls_last: list[bool], rn: str) -> Node:
+    """DuckDB's ``DISTINCT ON (on)``: of the rows with equal ``on`` values (NULLs equal), the
+    first under ORDER BY (``keys``; any one without keys): row number 1 per key, as a window."""
+    if keys:
+        first = _rank(keys, desc, [not n for n in nulls_last], "ordinal")
+    else:
+        first = _rank([row_order()], [False], [False], "ordinal")
+    columns = tuple(Col(c) for c in node.schema)
+    numbered = Project(node, (Over(first, tuple(on)).alias(rn),), "with_columns")
+    return Project(Filter(numbered, Col(rn) == 1), columns, "select")
 
 
 def _limit(e: exp.Expr, node: Node) -> Node:

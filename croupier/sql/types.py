@@ -14,6 +14,7 @@ DECIMAL(p, s)                Float64, rounded to s places where DuckDB rounds (c
 VARCHAR                      String
 DATE / TIMESTAMP             Date / Datetime("us")
 INTERVAL                     Duration("us")
+T[] (a LIST, from list())    List(T)
 ==========================  ======================================================================
 
 So ``count(*)`` is Int64 (Polars' ``len`` is UInt32), ``avg`` Float64, ``sum`` of an INTEGER
@@ -63,6 +64,8 @@ def polars_dtype(datatype: exp.DataType) -> pl.DataType:
 
 def duckdb_dtype(name: str) -> pl.DataType:
     """The Polars dtype of Croupier's answer for a column DuckDB types ``name`` ("DECIMAL(15,2)", "BIGINT"...)."""
+    if name.endswith("[]"):  # DuckDB's LIST type, as list()/array_agg() return
+        return pl.List(duckdb_dtype(name[:-2]))
     base = name.upper().split("(")[0].strip()
     base = {"TIMESTAMP_US": "TIMESTAMP", "TIMESTAMP WITH TIME ZONE": "TIMESTAMP", "DOUBLE PRECISION": "DOUBLE"}.get(base, base)
     if base not in _FROM_SQL:

@@ -1,0 +1,142 @@
+"""SQL scalar functions (dates, strings, math, NULL-safe comparison) with DuckDB's semantics.
+
+* ``dayofweek`` counts Sunday as 0 (Polars' weekday: Monday 1 .. Sunday 7, which is ``isodow``);
+  date parts are BIGINT (Int64).
+* ``date_trunc`` answers a TIMESTAMP, also for a DATE; ``strftime`` formats a date as a timestamp
+  at midnight, with the common specifiers both DuckDB and Polars (chrono) read alike.
+* ``log(x)`` is the base-10 logarithm (DuckDB), ``ln`` the natural one; ``power`` is DOUBLE;
+  ``sign`` is TINYINT.
+* ``left``/``right`` with a negative length drop characters from the other end.
+* ``regexp_matches`` searches anywhere in the string (RE2 and Rust's regex read common patterns
+  alike); ``contains``, ``starts_with``, ``ends_with`` and ``replace`` take their text literally.
+
+Constant arguments (patterns, formats, lengths, bases) must be literals: Croupier's functions take
+them as constants.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Any, Callable
+
+import polars as pl
+from sqlglot import exp
+
+from croupier.errors import ConfigError
+from croupier.expr import Expr, Func
+
+if TYPE_CHECKING:
+    from croupier.sql.exprs import ExprTranslator
+
+_TRUNC = {"YEAR": "1y", "QUARTER": "1q", "MONTH": "1mo", "WEEK": "1w", "DAY": "1d", "HOUR": "1h", "MINUTE": "1m", "SECOND": "1s"}
+#: strftime specifiers DuckDB and chrono format alike
+_STRFTIME = set("YmdHMSyjbBaAp%")
+
+
+def _text(e: exp.Expr) -> str:
+    return e.sql(dialect="duckdb")
+
+
+def constant(e: exp.Expr | None, kind: type, what: str, whole: exp.Expr) -> Any:
+    """The value of a literal argument (``kind`` str, int or float), or a ConfigError naming it."""
+    value = e.this if isinstance(e, exp.Paren) else e
+    negative = isinstance(value, exp.Neg)
+    value = value.this if negative else value
+    if not isinstance(value, exp.Literal) or value.is_string != (kind is str):
+        raise ConfigError(f"SQL: {_text(whole)}: {what} must be a constant {'string' if kind is str else 'number'}")
+    out = kind(value.this) if kind is str else kind(float(value.this))
+    return -out if negative else out
+
+
+def _part(fn: str, modulo: int | None = None) -> Callable[[ExprTranslator, exp.Expr], Expr]:
+    """A date part as BIGINT (``modulo``: dayofweek's Sunday 7 -> 0)."""
+
+    def translate(t: ExprTranslator, e: exp.Expr) -> Expr:
+        out = Func(fn, (t(e.this),), ())
+        return (out % modulo if modulo else out).cast(pl.Int64)
+
+    return translate
+
+
+def date_trunc(t: ExprTranslator, e: exp.Expr) -> Expr:
+    unit = e.args.get("unit")
+    every = _TRUNC.get(unit.name.upper() if unit is not None else "")
+    if every is None:
+        raise ConfigError(f"SQL: {_text(e)}: date_trunc supports the units {sorted(_TRUNC)}")
+    return Func("truncate", (t(e.this).cast(pl.Datetime("us")),), (every,))
+
+
+def strftime(t: ExprTranslator, e: exp.Expr) -> Expr:
+    fmt = constant(e.args.get("format"), str, "the format", e)
+    unknown = sorted({c for c in re.findall(r"%(.)", fmt)} - _STRFTIME)
+    if unknown:
+        raise ConfigError(f"SQL: {_text(e)}: strftime specifiers {['%' + c for c in unknown]} are not supported; use %{', %'.join(sorted(_STRFTIME))}")
+    return Func("strftime", (t(e.this).cast(pl.Datetime("us")),), (fmt,))
+
+
+def regexp_matches(t: ExprTranslator, e: exp.Expr) -> Expr:
+    if e.args.get("flag") is not None:
+        raise ConfigError(f"SQL: {_text(e)}: regexp_matches options are not supported; write them in the pattern, e.g. '(?i)abc'")
+    return Func("contains", (t(e.this),), (constant(e.expression, str, "the pattern", e), False))
+
+
+def _literal_text(fn: str, *more: Any) -> Callable[[ExprTranslator, exp.Expr], Expr]:
+    """A string function of a constant text argument (``contains(s, 'x')``...)."""
+    return lambda t, e: Func(fn, (t(e.this),), (constant(e.expression, str, "the text", e), *more))
+
+
+def replace(t: ExprTranslator, e: exp.Expr) -> Expr:
+    old = constant(e.expression, str, "the text to replace", e)
+    new = constant(e.args.get("replacement"), str, "the replacement", e)
+    return Func("replace_all", (t(e.this),), (old, new, True))
+
+
+def _ends(fn: str) -> Callable[[ExprTranslator, exp.Expr], Expr]:
+    """``left(s, n)``/``right(s, n)``: Polars' str.head/str.tail (negative n as DuckDB)."""
+    return lambda t, e: Func(fn, (t(e.this),), (int(constant(e.expression, int, "the length", e)),))
+
+
+def log(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``log(x)`` (base 10 in DuckDB) or ``log(b, x)``."""
+    if e.expression is None:
+        return Func("log", (t(e.this).cast(pl.Float64),), (10.0,))
+    return Func("log", (t(e.expression).cast(pl.Float64),), (constant(e.this, float, "the base", e),))
+
+
+def power(t: ExprTranslator, e: exp.Expr) -> Expr:
+    return Func("pow", (t(e.this).cast(pl.Float64),), (constant(e.expression, float, "the exponent", e),))
+
+
+def null_safe_eq(t: ExprTranslator, e: exp.Binary) -> Expr:
+    """``a IS NOT DISTINCT FROM b``: equal, with NULL equal to NULL (never NULL itself)."""
+    a, b = t._coerced(t(e.left), t(e.right))
+    return Func("eq_missing", (a, b), ())
+
+
+HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
+    exp.DayOfWeek: _part("weekday", 7),
+    exp.DayOfWeekIso: _part("weekday"),
+    exp.DayOfYear: _part("ordinal_day"),
+    exp.DayOfMonth: _part("day"),
+    exp.Week: _part("week"),
+    exp.WeekOfYear: _part("week"),
+    exp.Quarter: _part("quarter"),
+    exp.TimestampTrunc: date_trunc,
+    exp.DateTrunc: date_trunc,
+    exp.TimeToStr: strftime,
+    exp.RegexpLike: regexp_matches,
+    exp.Contains: _literal_text("contains", True),
+    exp.StartsWith: _literal_text("starts_with"),
+    exp.EndsWith: _literal_text("ends_with"),
+    exp.Replace: replace,
+    exp.Left: _ends("head"),
+    exp.Right: _ends("tail"),
+    exp.Sign: lambda t, e: Func("sign", (t(e.this),), ()).cast(pl.Int8),
+    exp.Ln: lambda t, e: Func("log", (t(e.this).cast(pl.Float64),), (math.e,)),
+    exp.Log: log,
+    exp.Exp: lambda t, e: Func("exp", (t(e.this).cast(pl.Float64),), ()),
+    exp.Pow: power,
+    exp.NullSafeEQ: null_safe_eq,
+    exp.NullSafeNEQ: lambda t, e: ~null_safe_eq(t, e),
+}

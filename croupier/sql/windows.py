@@ -1,0 +1,170 @@
+"""SQL window functions to Croupier windows (``Over``), with DuckDB's semantics.
+
+* ``rank()``, ``dense_rank()``, ``row_number()``, ``percent_rank()``, ``cume_dist()`` and
+  ``ntile(n)`` rank NULL order keys (last by default) instead of leaving them NULL; ranks are
+  Int64, ``percent_rank`` ((rank - 1) / (rows - 1), 0 for one row) and ``cume_dist`` (rows up to
+  the last peer / rows) Float64, ``ntile`` gives the first rows % n buckets one row more.
+* ``lag``/``lead`` shift within the ordered partition.
+* An aggregate without ORDER BY covers the whole partition. With ORDER BY it needs a ROWS frame:
+  ``UNBOUNDED PRECEDING AND CURRENT ROW`` (running sum/min/max/count/avg, NULL until the first
+  non-NULL value), ``n PRECEDING AND CURRENT ROW`` or ``n PRECEDING AND n FOLLOWING`` (Polars'
+  rolling sum/avg/min/max/count over the rows present: the frame shrinks at the partition's
+  edges, and NULLs are skipped as DuckDB skips them). DuckDB's default frame (RANGE, which takes
+  peers) is refused with a ConfigError naming the frames that work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+from sqlglot import exp
+
+from croupier.errors import ConfigError
+from croupier.expr import Agg, Expr, Func, Lit, Over, coalesce, int_range, when
+
+if TYPE_CHECKING:
+    from croupier.sql.exprs import ExprTranslator
+
+#: Rank of a NULL order key placed last (above any dense rank of a real value).
+_NULL_LAST = 2**40
+_RANKS = {exp.Rank: "min", exp.DenseRank: "dense", exp.RowNumber: "ordinal"}
+_ROLLING = {exp.Sum: "rolling_sum", exp.Avg: "rolling_mean", exp.Min: "rolling_min", exp.Max: "rolling_max", exp.Count: "rolling_sum"}
+FRAMES = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW, ROWS BETWEEN n PRECEDING AND CURRENT ROW, ROWS BETWEEN n PRECEDING AND n FOLLOWING"
+
+
+def _text(e: exp.Expr) -> str:
+    return e.sql(dialect="duckdb")
+
+
+def window(t: ExprTranslator, e: exp.Window) -> Expr:
+    """``fn OVER (PARTITION BY ... ORDER BY ... frame)`` over the rows of ``t.rel``."""
+    partition = tuple(t(p) for p in e.args.get("partition_by") or [])
+    order = e.args.get("order")
+    ordered = list(order.expressions) if order is not None else []
+    keys = [t(o.this) for o in ordered]
+    desc = [bool(o.args.get("desc")) for o in ordered]
+    nulls_first = [bool(o.args.get("nulls_first")) for o in ordered]
+    fn = e.this
+    if isinstance(fn, (exp.Rank, exp.DenseRank, exp.RowNumber, exp.PercentRank, exp.CumeDist, exp.Ntile)):
+        ranked = _ranking(fn, keys, desc, nulls_first)
+        return Over(ranked, partition) if partition else ranked
+    if isinstance(fn, (exp.Lag, exp.Lead)):
+        n = int(fn.args["offset"].this) if fn.args.get("offset") is not None else 1
+        shifted = t(fn.this).shift(n if isinstance(fn, exp.Lag) else -n)
+        return _ordered_over(shifted, partition, keys, desc, nulls_first)
+    if not isinstance(fn, exp.AggFunc):
+        raise ConfigError(f"SQL: window function {_text(fn)} is not supported")
+    if not keys:
+        agg = t.aggregate(fn)
+        return Over(agg, partition) if partition else agg
+    return _ordered_over(_framed(t, e, fn), partition, keys, desc, nulls_first)
+
+
+def _ranking(fn: exp.Expr, keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
+    """A ranking function over one partition's rows (the caller wraps it in the partition)."""
+    if not keys:  # no order: every row is a peer of every other (row_number/ntile: any order)
+        if isinstance(fn, (exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist)):
+            return Lit(0.0 if isinstance(fn, exp.PercentRank) else 1.0 if isinstance(fn, exp.CumeDist) else 1, pl.Float64() if isinstance(fn, (exp.PercentRank, exp.CumeDist)) else pl.Int64())
+        keys, desc, nulls_first = [row_order()], [False], [False]
+    rows = Agg("len", None).cast(pl.Int64)
+    if isinstance(fn, exp.PercentRank):
+        rank = _rank(keys, desc, nulls_first, "min").cast(pl.Float64)
+        return when(rows > 1).then((rank - 1) / (rows - 1).cast(pl.Float64)).otherwise(Lit(0.0))
+    if isinstance(fn, exp.CumeDist):
+        return _rank(keys, desc, nulls_first, "max").cast(pl.Float64) / rows.cast(pl.Float64)
+    if isinstance(fn, exp.Ntile):
+        return _ntile(fn, _rank(keys, desc, nulls_first, "ordinal").cast(pl.Int64) - 1, rows)
+    return _rank(keys, desc, nulls_first, _RANKS[type(fn)]).cast(pl.Int64)
+
+
+def row_order() -> Expr:
+    """0, 1, 2... over the rows as they come: an order key for a window without ORDER BY (a
+    constant key would rank every row 1)."""
+    return int_range(0, Agg("len", None))
+
+
+def _ntile(fn: exp.Ntile, index: Expr, rows: Expr) -> Expr:
+    """``ntile(n)`` of the row at 0-based ``index`` among ``rows``: buckets of rows // n rows, the
+    first rows % n of them one row larger (DuckDB's and PostgreSQL's split)."""
+    arg = fn.this
+    if not isinstance(arg, exp.Literal) or arg.is_string or int(float(arg.this)) < 1:
+        raise ConfigError(f"SQL: {_text(fn)}: ntile needs a constant positive number of buckets")
+    n = int(float(arg.this))
+    size = rows // n
+    large = rows - size * n
+    small_start = large * (size + 1)
+    return when(index < small_start).then(index // (size + 1) + 1).otherwise(large + (index - small_start) // size + 1)
+
+
+def _framed(t: ExprTranslator, e: exp.Window, fn: exp.Expr) -> Expr:
+    """An ordered window aggregate over its ROWS frame (see the module's docstring)."""
+    spec = e.args.get("spec")
+    kind = str(spec.args.get("kind", "")).upper() if spec is not None else ""
+    start = spec.args.get("start") if spec is not None else None
+    end = spec.args.get("end") if spec is not None else None
+    if kind == "ROWS" and str(start).upper() == "UNBOUNDED" and str(end).upper() == "CURRENT ROW":
+        return _running(t, fn)
+    before = _offset(start, spec, "preceding")
+    if kind == "ROWS" and before is not None and type(fn) in _ROLLING:
+        if str(end).upper() == "CURRENT ROW":
+            return _rolling(t, fn, before + 1, False)
+        if _offset(end, spec, "following") == before:
+            return _rolling(t, fn, 2 * before + 1, True)
+    raise ConfigError(f"SQL: {_text(e)}: an ordered window aggregate needs one of these frames: {FRAMES} (sum, avg, min, max, count; RANGE frames and DuckDB's default frame are not supported)")
+
+
+def _offset(bound: exp.Expr | None, spec: exp.Expr, side: str) -> int | None:
+    """The constant n of ``n PRECEDING``/``n FOLLOWING`` (None for another bound)."""
+    which = "start_side" if side == "preceding" else "end_side"
+    if not isinstance(bound, exp.Literal) or bound.is_string or str(spec.args.get(which, "")).lower() != side:
+        return None
+    return int(float(bound.this))
+
+
+def _rolling(t: ExprTranslator, fn: exp.Expr, size: int, center: bool) -> Expr:
+    """sum/avg/min/max/count over a sliding frame of ``size`` rows (ending at the row, or centred
+    on it), over the rows present: Polars' rolling with min_samples=1 skips NULLs as SQL does."""
+    if isinstance(fn.this, exp.Star) or isinstance(fn.this, exp.Distinct):
+        raise ConfigError(f"SQL: {_text(fn)} over a sliding frame is not supported; count a column")
+    x = t(fn.this)
+    if isinstance(fn, exp.Count):
+        x = x.is_not_null().cast(pl.Int64)
+    elif isinstance(fn, exp.Sum) and t.dtype(x).is_integer():
+        x = x.cast(pl.Int64)
+    elif isinstance(fn, exp.Avg):
+        x = x.cast(pl.Float64)
+    return Func(_ROLLING[type(fn)], (x,), (size, 1, center))
+
+
+def _running(t: ExprTranslator, fn: exp.Expr) -> Expr:
+    """A running (cumulative) aggregate, NULL until the first non-NULL value (DuckDB's frame)."""
+    x = t(fn.this)
+    if isinstance(fn, exp.Sum):
+        return Func("cum_sum", ((x.cast(pl.Int64) if t.dtype(x).is_integer() else x),), (False,)).forward_fill()
+    if isinstance(fn, exp.Avg):
+        total = Func("cum_sum", (x.cast(pl.Float64),), (False,)).forward_fill()
+        return total / x.cum_count().cast(pl.Float64)
+    if isinstance(fn, exp.Max):
+        return x.cum_max().forward_fill()
+    if isinstance(fn, exp.Min):
+        return x.cum_min().forward_fill()
+    if isinstance(fn, exp.Count):
+        return x.cum_count().cast(pl.Int64)
+    raise ConfigError(f"SQL: running {_text(fn)} is not supported (sum, avg, min, max, count are)")
+
+
+def _ordered_over(e: Expr, partition: tuple[Expr, ...], keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
+    if len(set(desc)) > 1 or len(set(nulls_first)) > 1:
+        raise ConfigError("SQL: an ordered window needs all ORDER BY keys in one direction and one NULLS order")
+    return Over(e, partition, tuple(keys), desc[0], not nulls_first[0])
+
+
+def _rank(keys: list[Expr], desc: list[bool], nulls_first: list[bool], method: str) -> Expr:
+    """SQL rank of the order keys: each key as an ascending dense rank with NULLs placed as asked."""
+    parts = []
+    for key, d, nf in zip(keys, desc, nulls_first):
+        parts.append(coalesce(key.rank("dense", descending=d), Lit(0 if nf else _NULL_LAST, pl.UInt64())))
+    if len(parts) == 1:
+        return parts[0].rank(method)
+    return Func("struct", tuple(parts), ()).rank(method)
