@@ -49,6 +49,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "d": [None if i % 17 == 0 else date(1999, 12, 1) + timedelta(days=int(v)) for i, v in enumerate(rng.integers(0, 120, n))],
             "s": [None if i % 11 == 0 else f" {w}{i % 5} " for i, w in enumerate(rng.choice(["apple", "Brass", "cherry"], n))],
             "id": np.arange(n),
+            "f4": pl.Series([None if i % 9 == 0 else float(v) / 4 for i, v in enumerate(rng.integers(-40, 40, n))], dtype=pl.Float32),
         }
     )
     (root / "t").mkdir()
@@ -100,6 +101,7 @@ def check(query: str, tables: dict[str, Path]) -> pl.DataFrame:
         "SELECT id, q / 4 AS a, q // 4 AS b, q % 4 AS c, -q // 4 AS e, round(x / 3, 2) AS r, round(x) AS r0 FROM t",
         "SELECT id, CAST(x / 3 AS DECIMAL(10, 2)) AS dec, CAST(x AS INTEGER) AS i, CAST(q AS DOUBLE) AS f, CAST(k AS VARCHAR) AS v FROM t",
         "SELECT id, d + INTERVAL 30 DAY AS later, d + 7 AS week, d - DATE '2000-01-01' AS days, EXTRACT(YEAR FROM d) AS y, EXTRACT(MONTH FROM d) AS m FROM t",
+        "SELECT id, replace(s, '', 'X') AS r0, replace(s, 'a', '') AS r1, sign(x) AS sx, sign(CAST('nan' AS DOUBLE) * x) AS sn FROM t",
         "SELECT id, substring(s, 2, 3) AS sub, upper(s) AS up, lower(s) AS lo, length(s) AS len, trim(s) AS tr, s || '-' || g AS cat, concat(s, g) AS cc FROM t",
         "SELECT id FROM t WHERE s LIKE '%pp%' OR s NOT LIKE '%r%' OR s ILIKE '%BRASS%'",
         "SELECT id FROM t WHERE k IN (1, 3, 5) AND q NOT IN (0, 1) AND x BETWEEN -10 AND 10",
@@ -127,6 +129,8 @@ def test_rows_expressions_and_order(tables: dict[str, Path], query: str) -> None
         "SELECT k + 1 AS k1, g, count(*) AS n FROM t GROUP BY k + 1, g ORDER BY k1, g",
         "SELECT sum(q) FROM t",
         "SELECT count(DISTINCT g) AS dg, count(DISTINCT k) AS dk FROM t",
+        "SELECT g, sum(f4) AS s, avg(f4) AS a, median(f4) AS m, quantile_cont(f4, 0.3) AS q3, median(q) AS mq FROM t GROUP BY g ORDER BY g",
+        "SELECT g, string_agg(k, '|' ORDER BY id) AS ks, string_agg(d, ',' ORDER BY id) AS ds FROM t GROUP BY g ORDER BY g",
         "SELECT g, count(*) FILTER (WHERE x > 0) AS np, count(k) FILTER (WHERE q < 0) AS nk, count(DISTINCT k) FILTER (WHERE x < 0) AS dk, sum(q) FILTER (WHERE k > 2) AS sq, avg(x) FILTER (q > 0) AS ax, min(d) FILTER (WHERE s LIKE '%a%') AS lo, max(s) FILTER (WHERE k IS NULL) AS hi FROM t GROUP BY g ORDER BY g",
         "SELECT k, sum(q) FILTER (WHERE q > 100) AS none_kept, count(*) FILTER (WHERE q > 100) AS zero FROM t GROUP BY k ORDER BY k",
         "SELECT count(*) FILTER (WHERE x > 0), sum(x) FILTER (WHERE g = 'g1') AS s1 FROM t",
@@ -193,6 +197,9 @@ def test_joins(tables: dict[str, Path], query: str) -> None:
         "SELECT id FROM t WHERE x > (SELECT avg(x) FROM t t2 WHERE t2.g = t.g)",
         "SELECT id FROM t WHERE (SELECT count(*) FROM u WHERE (u.k = t.k AND u.w > 1) OR (u.k = t.k AND u.label = 'a')) > 0",
         "SELECT g, (SELECT count(*) FROM u WHERE u.k = 1) AS c FROM t GROUP BY g",
+        "SELECT id, (SELECT max(w) FROM u WHERE u.k IS NOT DISTINCT FROM t.k) AS m FROM t",  # a NULL k takes u's NULL k row
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k IS NOT DISTINCT FROM t.k AND u.w < 1)",
+        "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.w > 3 OR t.k IS NULL)",
     ],
 )
 def test_subqueries(tables: dict[str, Path], query: str) -> None:
@@ -222,6 +229,8 @@ def test_set_operations(tables: dict[str, Path], query: str) -> None:
         "SELECT id, row_number() OVER (PARTITION BY k ORDER BY id) AS rn, sum(x) OVER (PARTITION BY k) AS sk, avg(q) OVER (PARTITION BY g, k) AS aq, count(*) OVER (PARTITION BY g) AS n FROM t",
         "SELECT id, sum(q) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run, max(x) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mx FROM t",
         "SELECT id, lag(q) OVER (PARTITION BY g ORDER BY id) AS prev, lead(q, 2) OVER (PARTITION BY g ORDER BY id) AS next2 FROM t",
+        "SELECT id, lag(q, 1, 0) OVER (PARTITION BY g ORDER BY id) AS prev, lead(q, 2, -1) OVER (ORDER BY id) AS next2, lag(g, 3, 'none') OVER (ORDER BY id) AS g3 FROM t",
+        "SELECT id, sum(f4) OVER (ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s3, sum(f4) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run FROM t",
         "SELECT g, sum(x) AS s, rank() OVER (ORDER BY sum(x) DESC) AS r, sum(sum(x)) OVER () AS total FROM t GROUP BY g",
         "SELECT id, rank() OVER (ORDER BY k NULLS FIRST, q DESC) AS r FROM t",
         "SELECT id, percent_rank() OVER (PARTITION BY g ORDER BY k) AS pr, cume_dist() OVER (PARTITION BY g ORDER BY k DESC) AS cd, ntile(4) OVER (PARTITION BY g ORDER BY x, id) AS nt, ntile(7) OVER (ORDER BY id) AS n7 FROM t",
@@ -362,6 +371,15 @@ def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
         croupier.sql("SELECT id, sum(x) OVER (ORDER BY k) AS s FROM t", sources, config=CONFIG)
     with pytest.raises(ConfigError, match="FILTER on list"):  # list() keeps NULLs: no CASE rewrite
         croupier.sql("SELECT list(g) FILTER (WHERE k > 1) AS l FROM t", sources, config=CONFIG)
+    # refused rather than answered otherwise than DuckDB: a subquery in a GROUP BY ALL key (its
+    # aggregate made the item no key, and the rows came back ungrouped), a string's sliding max
+    # (failed in the task), string_agg of numbers DuckDB writes otherwise (1e-07, not 1e-7)
+    with pytest.raises(ConfigError):
+        croupier.sql("SELECT (SELECT max(w) FROM u) + q AS m FROM t GROUP BY ALL", sources, config=CONFIG).to_polars().collect()
+    with pytest.raises(ConfigError, match="over a sliding frame is not supported"):
+        croupier.sql("SELECT id, max(s) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS m FROM t", sources, config=CONFIG)
+    with pytest.raises(ConfigError, match="aggregate strings, integers or dates"):
+        croupier.sql("SELECT g, string_agg(x, ',') AS s FROM t GROUP BY g", sources, config=CONFIG)
 
 
 def test_cli_prints_and_writes(tables: dict[str, Path], tmp_path: Path) -> None:

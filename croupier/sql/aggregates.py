@@ -66,8 +66,9 @@ def _count(t: ExprTranslator, e: exp.Count) -> Expr:
 
 
 def _sum_of(t: ExprTranslator, x: Expr) -> Expr:
-    """SQL sum: NULL without a non-null value; integers summed as Int64."""
-    total = (x.cast(pl.Int64) if isinstance(t.dtype(x), _INTEGERS) else x).sum()
+    """SQL sum: NULL without a non-null value; integers summed as Int64, FLOAT as DOUBLE."""
+    dtype = t.dtype(x)
+    total = (x.cast(pl.Int64) if isinstance(dtype, _INTEGERS) else x.cast(pl.Float64) if dtype == pl.Float32 else x).sum()
     return when(x.count() > 0).then(total).otherwise(Lit(None))
 
 
@@ -78,6 +79,11 @@ def _numeric(t: ExprTranslator, e: exp.Expr) -> Expr:
     if not (dtype.is_numeric() or dtype == pl.Null):
         raise ConfigError(f"SQL: {sql_text(e)} needs a numeric argument (got {dtype}); cast it first")
     return x.cast(pl.Float64)
+
+
+def _as_float(t: ExprTranslator, e: exp.Expr, out: Expr) -> Expr:
+    """A median or continuous quantile of FLOAT values is a FLOAT in DuckDB (else a DOUBLE)."""
+    return out.cast(pl.Float32) if t.dtype(t(e.this)) == pl.Float32 else out
 
 
 def _fraction(e: exp.Expr, q: exp.Expr | None) -> float:
@@ -125,13 +131,16 @@ def _ordered_aggregate(t: ExprTranslator, e: exp.Expr) -> Expr:
         sep = separator.this
     else:
         raise ConfigError(f"SQL: {sql_text(e)}: the separator must be a constant string")
-    if t.dtype(v) != pl.String:
+    dtype = t.dtype(v)
+    if not (dtype in (pl.String, pl.Boolean, pl.Date, pl.Null) or dtype.is_integer()):
+        raise ConfigError(f"SQL: {sql_text(e)} of {dtype} values is not supported (DuckDB writes them otherwise than Polars); aggregate strings, integers or dates")
+    if dtype != pl.String:
         operand = Func("struct", (v.cast(pl.String).alias("v"), *fields[1:]), ())
     return Agg("string_agg", operand, (sep, *order))
 
 
 def _avg(t: ExprTranslator, x: Expr) -> Expr:
-    return x.cast(pl.Float64).mean() if t.dtype(x) != pl.Float32 else x.mean()
+    return x.cast(pl.Float64).mean()  # DOUBLE, of a FLOAT too
 
 
 def _any_value(t: ExprTranslator, e: exp.Expr) -> Expr:
@@ -151,8 +160,8 @@ _SIMPLE: list[tuple[Any, Any]] = [
     ((exp.StddevSamp, exp.Stddev), lambda t, e: _numeric(t, e).std()),
     (exp.VariancePop, lambda t, e: _numeric(t, e).var(0)),
     (exp.Variance, lambda t, e: _numeric(t, e).var()),
-    (exp.Median, lambda t, e: _numeric(t, e).median()),
-    (exp.PercentileCont, lambda t, e: Agg("quantile", _numeric(t, e), (_fraction(e, e.expression), "linear"))),
+    (exp.Median, lambda t, e: _as_float(t, e, _numeric(t, e).median())),
+    (exp.PercentileCont, lambda t, e: _as_float(t, e, Agg("quantile", _numeric(t, e), (_fraction(e, e.expression), "linear")))),
     ((exp.PercentileDisc, exp.Quantile), _quantile_disc),
     (exp.ArgMax, lambda t, e: _by_key(t, e, True)),
     (exp.ArgMin, lambda t, e: _by_key(t, e, False)),

@@ -106,7 +106,10 @@ def group_by_all(expression: exp.Expr) -> exp.Expr:
 
 
 def _is_grouping_key(e: exp.Expr) -> bool:
-    return e.find(exp.Column) is not None and e.find(exp.AggFunc, exp.Window) is None
+    """A select item reading a column of this query, with no aggregate or window of its own (a
+    subquery's columns and aggregates are its own: ``(SELECT max(w) FROM u) + c`` is a key)."""
+    own = list(e.walk(prune=lambda n: isinstance(n, (exp.Subquery, exp.Select))))
+    return any(isinstance(n, exp.Column) for n in own) and not any(isinstance(n, (exp.AggFunc, exp.Window)) for n in own)
 
 
 def _is_all(e: exp.Expr) -> bool:

@@ -397,7 +397,7 @@ class QueryTranslator:
             else:
                 node = self.select_rest(sel.copy(), joined, list(carried.values()))
         value = list(node.schema)[-1]
-        out = Join(rel.node, node, tuple(outer_names), tuple(carried.values()), "left", coalesce=False)
+        out = self._join_null_safe(rel.node, outer_names, node, list(carried.values()))
         result = Col(value)
         if kind == "exists":
             return rel.with_node(out), result.is_not_null()
@@ -405,6 +405,26 @@ class QueryTranslator:
         if isinstance(projection, exp.Count):
             return rel.with_node(out), coalesce(result, Lit(0, pl.Int64()))
         return rel.with_node(out), result
+
+    def _join_null_safe(self, left: Node, lnames: list[str], right: Node, rnames: list[str]) -> Node:
+        """``left`` left-joined with ``right`` on equal keys, NULL matching NULL: each outer row
+        takes the subquery's value computed for its outer values, a NULL among them too (the
+        distinct outer values hold it; ``WHERE u.a IS NOT DISTINCT FROM t.a`` matches it). Keys
+        of types with no constant to stand for NULL join as before."""
+        lkeys, rkeys, lextra, rextra = [], [], [], []
+        for a, b in zip(lnames, rnames):
+            dtype = left.schema[a]
+            if not (dtype.is_numeric() or dtype.is_temporal() or dtype in (pl.String, pl.Boolean)):
+                lkeys.append(a)
+                rkeys.append(b)
+                continue
+            for node_extra, keys, name in ((lextra, lkeys, a), (rextra, rkeys, b)):
+                filled, missing = self.names.fresh("k"), self.names.fresh("k")
+                node_extra += [coalesce(Col(name), Lit(0).cast(dtype)).alias(filled), Col(name).is_null().alias(missing)]
+                keys += [filled, missing]
+        left = Project(left, tuple(lextra), "with_columns") if lextra else left
+        right = Project(right, tuple(rextra), "with_columns") if rextra else right
+        return Join(left, right, tuple(lkeys), tuple(rkeys), "left", coalesce=False)
 
     def _exists_by_bounds(self, rel: Relation, sel: exp.Select, refs: dict[tuple[str, str], str], carried: dict[str, str]) -> tuple[Relation, Expr] | None:
         """EXISTS correlated by equalities plus one ``inner <> outer``, decided by per-key bounds.

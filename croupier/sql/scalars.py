@@ -89,6 +89,8 @@ def _literal_text(fn: str, *more: Any) -> Callable[[ExprTranslator, exp.Expr], E
 def replace(t: ExprTranslator, e: exp.Expr) -> Expr:
     old = constant(e.expression, str, "the text to replace", e)
     new = constant(e.args.get("replacement"), str, "the replacement", e)
+    if old == "":  # DuckDB replaces nothing (Polars would insert the replacement between characters)
+        return t(e.this)
     return Func("replace_all", (t(e.this),), (old, new, True))
 
 
@@ -102,6 +104,12 @@ def log(t: ExprTranslator, e: exp.Expr) -> Expr:
     if e.expression is None:
         return Func("log", (t(e.this).cast(pl.Float64),), (10.0,))
     return Func("log", (t(e.expression).cast(pl.Float64),), (constant(e.this, float, "the base", e),))
+
+
+def sign(x: Expr, dtype: pl.DataType) -> Expr:
+    """``sign(x)`` as TINYINT; of a NaN, 0 (DuckDB's answer, where Polars' NaN has no integer)."""
+    out = Func("sign", (x,), ())
+    return (Func("fill_nan", (out,), (0.0,)) if dtype.is_float() else out).cast(pl.Int8)
 
 
 def power(t: ExprTranslator, e: exp.Expr) -> Expr:
@@ -132,7 +140,7 @@ HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.Replace: replace,
     exp.Left: _ends("head"),
     exp.Right: _ends("tail"),
-    exp.Sign: lambda t, e: Func("sign", (t(e.this),), ()).cast(pl.Int8),
+    exp.Sign: lambda t, e: sign(t(e.this), t.dtype(t(e.this))),
     exp.Ln: lambda t, e: Func("log", (t(e.this).cast(pl.Float64),), (math.e,)),
     exp.Log: log,
     exp.Exp: lambda t, e: Func("exp", (t(e.this).cast(pl.Float64),), ()),

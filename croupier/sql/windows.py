@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from sqlglot import exp
@@ -51,7 +51,7 @@ def window(t: ExprTranslator, e: exp.Window) -> Expr:
         return Over(ranked, partition) if partition else ranked
     if isinstance(fn, (exp.Lag, exp.Lead)):
         n = int(fn.args["offset"].this) if fn.args.get("offset") is not None else 1
-        shifted = t(fn.this).shift(n if isinstance(fn, exp.Lag) else -n)
+        shifted = t(fn.this).shift(n if isinstance(fn, exp.Lag) else -n, _default(fn))
         return _ordered_over(shifted, partition, keys, desc, nulls_first)
     if not isinstance(fn, exp.AggFunc):
         raise ConfigError(f"SQL: window function {_text(fn)} is not supported")
@@ -122,16 +122,32 @@ def _offset(bound: exp.Expr | None, spec: exp.Expr, side: str) -> int | None:
     return int(float(bound.this))
 
 
+def _default(fn: exp.Expr) -> Any:
+    """The constant ``lag(x, n, default)``/``lead`` answers past the partition's ends (None: NULL)."""
+    given = fn.args.get("default")
+    if given is None:
+        return None
+    try:
+        return given.to_py()  # a literal, -1 included
+    except ValueError as exc:
+        raise ConfigError(f"SQL: {_text(fn)}: the default must be a constant") from exc
+
+
 def _rolling(t: ExprTranslator, fn: exp.Expr, size: int, center: bool) -> Expr:
     """sum/avg/min/max/count over a sliding frame of ``size`` rows (ending at the row, or centred
     on it), over the rows present: Polars' rolling with min_samples=1 skips NULLs as SQL does."""
     if isinstance(fn.this, exp.Star) or isinstance(fn.this, exp.Distinct):
         raise ConfigError(f"SQL: {_text(fn)} over a sliding frame is not supported; count a column")
     x = t(fn.this)
+    dtype = t.dtype(x)
+    if not isinstance(fn, exp.Count) and not (dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean):
+        raise ConfigError(f"SQL: {_text(fn)} of {dtype} values over a sliding frame is not supported (numbers, dates and times are)")
     if isinstance(fn, exp.Count):
         x = x.is_not_null().cast(pl.Int64)
-    elif isinstance(fn, exp.Sum) and t.dtype(x).is_integer():
+    elif isinstance(fn, exp.Sum) and dtype.is_integer():
         x = x.cast(pl.Int64)
+    elif isinstance(fn, exp.Sum) and dtype == pl.Float32:
+        x = x.cast(pl.Float64)  # DOUBLE, as DuckDB sums a FLOAT
     elif isinstance(fn, exp.Avg):
         x = x.cast(pl.Float64)
     return Func(_ROLLING[type(fn)], (x,), (size, 1, center))
@@ -141,7 +157,8 @@ def _running(t: ExprTranslator, fn: exp.Expr) -> Expr:
     """A running (cumulative) aggregate, NULL until the first non-NULL value (DuckDB's frame)."""
     x = t(fn.this)
     if isinstance(fn, exp.Sum):
-        return Func("cum_sum", ((x.cast(pl.Int64) if t.dtype(x).is_integer() else x),), (False,)).forward_fill()
+        dtype = t.dtype(x)
+        return Func("cum_sum", ((x.cast(pl.Int64) if dtype.is_integer() else x.cast(pl.Float64) if dtype == pl.Float32 else x),), (False,)).forward_fill()
     if isinstance(fn, exp.Avg):
         total = Func("cum_sum", (x.cast(pl.Float64),), (False,)).forward_fill()
         return total / x.cum_count().cast(pl.Float64)
