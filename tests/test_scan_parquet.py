@@ -378,6 +378,9 @@ def test_a_predicate_of_comparisons_filters_while_decoding_and_a_like_after(tmp_
     got = _read_all(store, spec, splits, pl.Schema(schema))
     assert got.equals(truth.select(spec.columns).filter(plain.to_polars())) and 0 < got.height < ROWS
     assert not scan.filters_in_read(ScanSpec(str(path), "parquet", ("text",), col("text").str.contains("of")))
+    # a cast that can fail is the query's error, reported by the operator, not a file's
+    assert not scan.filters_in_read(ScanSpec(str(path), "parquet", ("text",), col("text").cast(pl.Int32) > 1))
+    assert scan.filters_in_read(ScanSpec(str(path), "parquet", ("text",), col("text").cast(pl.Int32, strict=False) > 1))
     for predicate, in_read in ((plain, True), (col("text").str.contains("7 of"), False)):
         frame = croupier.scan_parquet(str(path), config=Config()).filter(predicate).select("k", "text")
         compiler = Compiler(None, Config(), dry=True)

@@ -238,6 +238,12 @@ def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Con
     ):
         got = croupier.sql(query, tables, config=shuffled).collect(executor=executor)
         assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+    # a failing cast in a condition pushed into the scan is the query's error, not a bad file
+    from croupier.errors import CroupierError
+
+    with pytest.raises(CroupierError, match="conversion from") as failed:
+        croupier.sql("SELECT a FROM s WHERE CAST(CAST(b AS VARCHAR) AS INTEGER) > 0", tables, config=shuffled).collect(executor=executor)
+    assert "cannot read as parquet" not in str(failed.value)
 
 
 def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engine: tuple[str, Config, Executor], tmp_path: Path) -> None:

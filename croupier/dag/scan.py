@@ -442,6 +442,10 @@ def filters_in_read(spec: ScanSpec) -> bool:
 
 
 def _decoder_only(e: Expr) -> bool:
+    """``e`` holds only :data:`_DECODER_NODES`, and no cast that can fail (a strict one: its error
+    is the query's, which an operator reports as such, not a file that cannot be read)."""
+    if isinstance(e, Cast) and e.strict:
+        return False
     return isinstance(e, _DECODER_NODES) and all(_decoder_only(c) for c in e.children())
 
 
