@@ -117,3 +117,20 @@ def test_arrow_uses_its_thread_pool_only_for_large_messages_in_a_process_with_co
     assert not codec.write_options(None, big).use_threads  # nothing to compress
     monkeypatch.setattr(pa, "cpu_count", lambda: 1)  # a function of one core (workers set Arrow's pool to their threads)
     assert not codec.write_options("lz4", big).use_threads and not codec.read_options(big).use_threads
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 9), st.integers(0, 1000), st.lists(st.binary(max_size=40), min_size=1, max_size=3)), max_size=4), max_size=6))
+def test_segments_encode_with_their_size_and_decode_to_their_chunks(segs: list[list[tuple[int, int, int, list[bytes]]]]) -> None:
+    """Segments of no chunk, of one chunk of one buffer (a producer's bucket: packed at once) and
+    of several chunks and buffers, back to back: each says its size, and they decode to the same
+    chunks (a chunk's buffers joined) in order."""
+    wire, expected = b"", []
+    for seg in segs:
+        chunks = [segments.Chunk(b, o, r, tuple(parts)) for b, o, r, parts in seg]
+        parts, size = segments.encode_sized(chunks)
+        blob = b"".join(bytes(p) for p in parts)
+        assert len(blob) == size and parts == segments.encode(chunks)
+        wire += blob
+        expected += [(b, o, r, b"".join(ps)) for b, o, r, ps in seg]
+    assert [(c.bucket, c.origin, c.rows, bytes(c.parts[0])) for c in segments.decode(wire, "x")] == expected

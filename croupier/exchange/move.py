@@ -72,10 +72,9 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
     written = 0
     for obj in plan.writes(level, sender):
         if plan.combined(level):
-            slots = plan.segments(level)
-            encoded = [segments.encode(routed.get(j, [])) for j in range(slots)]
-            sizes = [segments.size(e) for e in encoded]
-            store.put(prefix + obj.key, [b for e in encoded for b in e])
+            encoded = [segments.encode_sized(routed.get(j, ())) for j in range(plan.segments(level))]
+            sizes = [n for _, n in encoded]
+            store.put(prefix + obj.key, [b for e, _ in encoded for b in e])
             bounds = [0]
             for s in sizes:
                 bounds.append(bounds[-1] + s)
@@ -90,11 +89,9 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
 def _route(plan: ExchangePlan, level: int, chunks: Sequence[Chunk]) -> dict[int, list[Chunk]]:
     """Chunks by destination slot: the bucket at a combined level 1, else the receiver's digit."""
     out: dict[int, list[Chunk]] = defaultdict(list)
+    by_bucket = plan.combined(level) and level == 0
     for chunk in segments.ordered(chunks):
-        if plan.combined(level) and level == 0:
-            out[chunk.bucket].append(chunk)
-        else:
-            out[plan.route(level, plan.partition_of(chunk.bucket))].append(chunk)
+        out[chunk.bucket if by_bucket else plan.route(level, plan.partition_of(chunk.bucket))].append(chunk)
     return out
 
 

@@ -43,13 +43,33 @@ class Chunk:
         return sum(memoryview(p).nbytes for p in self.parts)
 
 
+#: One index entry as ``struct`` packs it: the same bytes as :data:`ENTRY`.
+_ENTRY = struct.Struct("<IIQQ")
+#: The header of a segment of one chunk, index entry included.
+_ONE = struct.Struct("<4sIIIQQ")
+#: The whole segment of no chunks (most slots of a small producer's write-combined object).
+EMPTY = MAGIC + struct.pack("<I", 0)
+
+
 def encode(chunks: Sequence[Chunk]) -> list[Buffer]:
     """One segment holding ``chunks`` in the given order; buffers to write back to back."""
-    index = np.empty(len(chunks), dtype=ENTRY)
-    for i, c in enumerate(chunks):
-        index[i] = (c.bucket, c.origin, c.rows, c.nbytes)
-    header = MAGIC + struct.pack("<I", len(chunks)) + index.tobytes()
-    return [header, *(p for c in chunks for p in c.parts if memoryview(p).nbytes)]
+    return encode_sized(chunks)[0]
+
+
+def encode_sized(chunks: Sequence[Chunk]) -> tuple[list[Buffer], int]:
+    """:func:`encode`, and the segment's bytes. (The index is packed with ``struct``: a numpy
+    index per segment cost 5 us, a tenth of a small producer's write of 128 of them.)"""
+    if not chunks:
+        return [EMPTY], len(EMPTY)
+    if len(chunks) == 1 and len(chunks[0].parts) == 1:  # a producer's bucket: one chunk of one buffer
+        c, (part,) = chunks[0], chunks[0].parts
+        n = memoryview(part).nbytes
+        header = _ONE.pack(MAGIC, 1, c.bucket, c.origin, c.rows, n)
+        return ([header, part] if n else [header]), len(header) + n
+    sizes = [[memoryview(p).nbytes for p in c.parts] for c in chunks]
+    header = b"".join([MAGIC, struct.pack("<I", len(chunks)), *(_ENTRY.pack(c.bucket, c.origin, c.rows, sum(n)) for c, n in zip(chunks, sizes))])
+    payload = [p for c, n in zip(chunks, sizes) for p, k in zip(c.parts, n) if k]
+    return [header, *payload], len(header) + sum(sum(n) for n in sizes)
 
 
 def size(buffers: Sequence[Buffer]) -> int:
