@@ -70,8 +70,10 @@ def _safe(text: str) -> str:
 #: things (2: the imbalance is a share of one task's work, the per-wave cost is measured on busy
 #: functions, the workload gathers a query's tail; 3: a local folder's Parquet is decoded in place,
 #: and scans hand on a chunk per row group, so reads measured before cost a third more; 4: a
-#: stage's frame operators run as one lazy Polars query, and report one phase for all of them).
-WORKLOAD = 4
+#: stage's frame operators run as one lazy Polars query, and report one phase for all of them;
+#: 5: a Parquet read evaluates its scan's comparisons while decoding, so a read phase holds a
+#: filter's work and the filter phase is gone, and small exchange writes cost less per call).
+WORKLOAD = 5
 
 
 @dataclass
