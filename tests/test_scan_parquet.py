@@ -377,6 +377,8 @@ def test_a_predicate_of_comparisons_filters_while_decoding_and_a_like_after(tmp_
     store, splits, schema = _splits(path, spec, Config(), parts=3, reading=reading)
     got = _read_all(store, spec, splits, pl.Schema(schema))
     assert got.equals(truth.select(spec.columns).filter(plain.to_polars())) and 0 < got.height < ROWS
+    # what decoding cost depends on: every row of the split's row groups, not the rows kept
+    assert sum(scan.read_split_decoded(store, spec, s, pl.Schema(schema))[1] for s in splits) == ROWS
     assert not scan.filters_in_read(ScanSpec(str(path), "parquet", ("text",), col("text").str.contains("of")))
     # a cast that can fail is the query's error, reported by the operator, not a file's
     assert not scan.filters_in_read(ScanSpec(str(path), "parquet", ("text",), col("text").cast(pl.Int32) > 1))

@@ -484,16 +484,24 @@ def projected(spec: ScanSpec, file_schema: pl.Schema) -> pl.Schema:
 def read_split(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> pl.DataFrame:
     """Read one split as a DataFrame of the projected columns (errors name the object); the empty
     split (no key) reads nothing."""
+    return read_split_decoded(store, spec, split, file_schema)[0]
+
+
+def read_split_decoded(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> tuple[pl.DataFrame, int]:
+    """:func:`read_split`, and the rows it decoded: more than it returns where its predicate was
+    evaluated while decoding (:func:`filters_in_read`), which is what decoding cost depends on."""
     if not split.key:
-        return pl.DataFrame(schema=projected(spec, file_schema))
+        return pl.DataFrame(schema=projected(spec, file_schema)), 0
     try:
+        rows = None
         if spec.format == "parquet":
-            df = _read_parquet(store, split, projected(spec, file_schema), spec.predicate if filters_in_read(spec) else None)
+            df, rows = _read_parquet(store, split, projected(spec, file_schema), spec.predicate if filters_in_read(spec) else None)
         elif spec.format == "csv":
             df = _read_csv(store, spec, split, file_schema)
         else:
             df = _read_gensort(store, split)
-        return df.select(list(projected(spec, file_schema)))
+        df = df.select(list(projected(spec, file_schema)))
+        return df, df.height if rows is None else rows
     except InputError:
         raise
     except (pa.ArrowInvalid, pl.exceptions.PolarsError, OSError, ValueError) as exc:
@@ -522,8 +530,9 @@ def _in_place(store: Store, split: Split, fd: int) -> Iterator[tuple[str, pq.Fil
         os.close(fd)
 
 
-def _read_parquet(store: Store, split: Split, schema: pl.Schema, predicate: Expr | None = None) -> pl.DataFrame:
-    """The split's rows (those ``predicate`` accepts, when given) as a frame of ``schema``."""
+def _read_parquet(store: Store, split: Split, schema: pl.Schema, predicate: Expr | None = None) -> tuple[pl.DataFrame, int]:
+    """The split's rows (those ``predicate`` accepts, when given) as a frame of ``schema``, and
+    the rows decoded (its row groups' rows)."""
     columns = list(schema)
     # in place where the decoder can open the very file the store opened (Linux' /proc/self/fd);
     # elsewhere the file's name could name a replacement by the time it is decoded
@@ -534,14 +543,15 @@ def _read_parquet(store: Store, split: Split, schema: pl.Schema, predicate: Expr
         missing = [c for c in columns if c not in names]
         if missing:
             raise InputError(f"{split.where}: has no column(s) {missing}; its columns are {names} (schemas differ across files?)")
+        rows = sum(meta.row_group(r).num_rows for r in split.row_groups)
         df = _polars_decode(path, meta, split.row_groups, schema, predicate)
         if df is None:
             pf = pq.ParquetFile(path, pre_buffer=False)
             frame = pl.from_arrow(pf.read_row_groups(sorted(split.row_groups), columns=columns, use_threads=False))
             assert isinstance(frame, pl.DataFrame)
             frame = _conform(frame, schema, split.where)
-            return frame if predicate is None else frame.filter(predicate.to_polars())
-    return _conform(df, schema, split.where)
+            return (frame if predicate is None else frame.filter(predicate.to_polars())), rows
+    return _conform(df, schema, split.where), rows
 
 
 def _conform(df: pl.DataFrame, schema: pl.Schema, where: str) -> pl.DataFrame:

@@ -26,7 +26,7 @@ import polars as pl
 from croupier.compute.context import TaskContext
 from croupier.errors import StorageError
 from croupier.dag.operators import Operator
-from croupier.dag.scan import ScanSpec, Split, read_split
+from croupier.dag.scan import ScanSpec, Split, read_split, read_split_decoded
 from croupier.dag.stage import HashPartitioning, Partitioning, RangePartitioning, RecordsRangePartitioning
 from croupier.exchange import move
 from croupier.exchange.broadcast import BroadcastPlan
@@ -170,14 +170,17 @@ class Phases:
         self._ctx = ctx
         self.kinds: dict[str, list[float]] = {}
 
-    def run(self, kind: str, fn: Any, *args: Any) -> Any:
+    def run(self, kind: str, fn: Any, *args: Any, sized: bool = False) -> Any:
         """Call ``fn(*args)`` as phase ``kind``; its data size is that of its result (reads) or its
-        first argument (operators, writes)."""
+        first argument (operators, writes); ``sized``: ``fn`` returns (result, its size)."""
         io_before = _io_seconds(self._ctx)
         started = time.perf_counter()
         result = fn(*args)
         wall = time.perf_counter() - started
-        nbytes = data_bytes(args[0] if args and not kind.startswith("read:") else result)
+        if sized:
+            result, nbytes = result
+        else:
+            nbytes = data_bytes(args[0] if args and not kind.startswith("read:") else result)
         entry = self.kinds.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
         entry[0] += nbytes
         entry[1] += wall
@@ -229,7 +232,7 @@ def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
     """Read, run the operators, write the sink; return the small metadata the driver needs, with
     the time and bytes of every phase."""
     phases = Phases(ctx)
-    data = phases.run(read_kind(spec.main), read, ctx, spec.main)
+    data = phases.run(read_kind(spec.main), read_sized, ctx, spec.main, sized=True)
     cached: dict[str, dict[str, int]] = {}
     sides = {name: read_shared(ctx, r, phases, cached) if r.shared else phases.run(read_kind(r), read, ctx, r) for name, r in spec.sides.items()}
     for op in spec.ops:
@@ -283,6 +286,20 @@ def read_shared(ctx: TaskContext, source: ExchangeRead, phases: Phases, cached: 
 
 def _write_data(data: Any, ctx: TaskContext, sink: Write) -> dict[str, Any]:
     return write(ctx, sink, data)
+
+
+def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
+    """:func:`read`, and its size for the model: a scan that filtered while decoding counts the
+    rows it decoded (at the kept rows' width), as a read that left filtering to an operator did."""
+    if not isinstance(source, ScanRead):
+        data = read(ctx, source)
+        return data, data_bytes(data)
+    df, rows = read_split_decoded(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema))
+    nbytes = data_bytes(df)
+    if rows > df.height:
+        width = nbytes / df.height if df.height else 8 * max(1, df.width)
+        nbytes = int(width * rows)
+    return df, nbytes
 
 
 def read(ctx: TaskContext, source: Read) -> Any:

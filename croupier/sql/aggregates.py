@@ -1,8 +1,8 @@
 """SQL aggregate functions to Croupier aggregations, with DuckDB's semantics.
 
-* ``sum`` (and ``count_if``) of no non-null value is NULL; sums of integers are Int64; ``count`` is
-  Int64; ``count(DISTINCT x)`` ignores NULL; ``avg``, ``stddev``, ``variance``, ``median`` and
-  ``quantile_cont`` are Float64.
+* ``sum`` (and ``count_if``) of no non-null value is NULL; sums of integers are Int64, of FLOAT
+  Float64; ``count`` is Int64; ``count(DISTINCT x)`` ignores NULL; ``avg``, ``stddev`` and
+  ``variance`` are Float64; ``median`` and ``quantile_cont`` Float64, of a FLOAT Float32.
 * ``bool_and``/``bool_or`` are the min/max of a boolean; ``any_value`` is some non-null value (the
   smallest: DuckDB returns the first it meets, which only a query's shape makes deterministic).
 * ``quantile_disc`` takes the value at position ceil(n·q) (Polars' ``equiprobable``), as DuckDB.

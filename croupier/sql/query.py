@@ -45,7 +45,7 @@ from croupier.plan.logical import (
     Union,
 )
 from croupier.sql.exprs import ExprTranslator, sql_text
-from croupier.sql.windows import _rank, row_order
+from croupier.sql.windows import order_rank, row_order
 from croupier.sql.parse import KEEP
 from croupier.sql.scope import Names, Relation, dtype_of, source, supertype
 
@@ -516,9 +516,9 @@ def _first_per_key(node: Node, on: list[Expr], keys: list[Expr], desc: list[bool
     """DuckDB's ``DISTINCT ON (on)``: of the rows with equal ``on`` values (NULLs equal), the
     first under ORDER BY (``keys``; any one without keys): row number 1 per key, as a window."""
     if keys:
-        first = _rank(keys, desc, [not n for n in nulls_last], "ordinal")
+        first = order_rank(keys, desc, [not n for n in nulls_last], "ordinal")
     else:
-        first = _rank([row_order()], [False], [False], "ordinal")
+        first = order_rank([row_order()], [False], [False], "ordinal")
     columns = tuple(Col(c) for c in node.schema)
     numbered = Project(node, (Over(first, tuple(on)).alias(rn),), "with_columns")
     return Project(Filter(numbered, Col(rn) == 1), columns, "select")

@@ -69,13 +69,13 @@ def _ranking(fn: exp.Expr, keys: list[Expr], desc: list[bool], nulls_first: list
         keys, desc, nulls_first = [row_order()], [False], [False]
     rows = Agg("len", None).cast(pl.Int64)
     if isinstance(fn, exp.PercentRank):
-        rank = _rank(keys, desc, nulls_first, "min").cast(pl.Float64)
+        rank = order_rank(keys, desc, nulls_first, "min").cast(pl.Float64)
         return when(rows > 1).then((rank - 1) / (rows - 1).cast(pl.Float64)).otherwise(Lit(0.0))
     if isinstance(fn, exp.CumeDist):
-        return _rank(keys, desc, nulls_first, "max").cast(pl.Float64) / rows.cast(pl.Float64)
+        return order_rank(keys, desc, nulls_first, "max").cast(pl.Float64) / rows.cast(pl.Float64)
     if isinstance(fn, exp.Ntile):
-        return _ntile(fn, _rank(keys, desc, nulls_first, "ordinal").cast(pl.Int64) - 1, rows)
-    return _rank(keys, desc, nulls_first, _RANKS[type(fn)]).cast(pl.Int64)
+        return _ntile(fn, order_rank(keys, desc, nulls_first, "ordinal").cast(pl.Int64) - 1, rows)
+    return order_rank(keys, desc, nulls_first, _RANKS[type(fn)]).cast(pl.Int64)
 
 
 def row_order() -> Expr:
@@ -177,7 +177,7 @@ def _ordered_over(e: Expr, partition: tuple[Expr, ...], keys: list[Expr], desc: 
     return Over(e, partition, tuple(keys), desc[0], not nulls_first[0])
 
 
-def _rank(keys: list[Expr], desc: list[bool], nulls_first: list[bool], method: str) -> Expr:
+def order_rank(keys: list[Expr], desc: list[bool], nulls_first: list[bool], method: str) -> Expr:
     """SQL rank of the order keys: each key as an ascending dense rank with NULLs placed as asked."""
     parts = []
     for key, d, nf in zip(keys, desc, nulls_first):
