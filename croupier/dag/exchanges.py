@@ -71,7 +71,7 @@ class Exchanges:
             file_schema = self.scans.file_schema(source)
             splits, counts = self.scans.splits(source.spec)
             out.scan = counts
-            mains: list[Any] = [ScanRead(source.spec, s, file_schema) for s in splits]
+            mains: list[Any] = [ScanRead(source.spec, s, file_schema, source.filters) for s in splits]
         elif isinstance(source, TaskSource):
             mains = list(source.reads)
         elif isinstance(source, UnionSource):

@@ -431,14 +431,23 @@ def _row_runs(meta: pq.FileMetaData, row_groups: Sequence[int]) -> list[tuple[in
 _DECODER_NODES = (Col, Lit, Binary, Unary, IsIn, Cast)
 
 
-def filters_in_read(spec: ScanSpec) -> bool:
-    """Whether reading a split of ``spec`` keeps only the rows its predicate accepts, rather than
-    an operator after the read: Parquet, and a predicate of comparisons, logic and set membership.
-    Polars' decoder then evaluates it on the predicate's columns first and decodes the others for
-    the rows kept: a TPC-H Q19 row group of lineitem (string equalities, 3% kept) 5.9 ms -> 3.6,
-    Q12's 3.1 -> 2.2, numbers alone unchanged; but a ``LIKE '%green%'`` took 12 ms instead of 8,
-    so string functions stay after the read."""
-    return spec.format == "parquet" and spec.predicate is not None and not spec.predicate.has_subquery() and _decoder_only(spec.predicate)
+#: Largest share of a scan's rows its predicate may keep (guessed from the row groups' statistics)
+#: for the read to evaluate it while decoding (:func:`filters_in_read`).
+IN_READ_SHARE = 0.5
+
+
+def filters_in_read(spec: ScanSpec, kept: float = 0.0) -> bool:
+    """Whether reading a split of ``spec`` should keep only the rows its predicate accepts, rather
+    than an operator after the read: Parquet, a predicate of comparisons, logic and set
+    membership, and at most :data:`IN_READ_SHARE` of the rows ``kept`` (a guess). Polars' decoder
+    then evaluates it on the predicate's columns first and decodes the others for the rows kept:
+    a TPC-H Q19 row group of lineitem (string equalities, 3% kept) 5.9 ms -> 3.6, Q12's 3.1 -> 2.2.
+    But a ``LIKE '%green%'`` took 12 ms instead of 8, so string functions stay after the read; and
+    where most rows pass, an operator in the stage's one lazy query filters them as they stream
+    into what follows (Q1's 98%: 6.6 ms to read three row groups, 11.2 filtering while decoding)."""
+    if spec.format != "parquet" or spec.predicate is None or kept > IN_READ_SHARE:
+        return False
+    return not spec.predicate.has_subquery() and _decoder_only(spec.predicate)
 
 
 def _decoder_only(e: Expr) -> bool:
@@ -481,21 +490,22 @@ def projected(spec: ScanSpec, file_schema: pl.Schema) -> pl.Schema:
     return pl.Schema({c: file_schema[c] for c in spec.columns})
 
 
-def read_split(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> pl.DataFrame:
+def read_split(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema, filters: bool = False) -> pl.DataFrame:
     """Read one split as a DataFrame of the projected columns (errors name the object); the empty
-    split (no key) reads nothing."""
-    return read_split_decoded(store, spec, split, file_schema)[0]
+    split (no key) reads nothing. ``filters``: keep only the rows ``spec.predicate`` accepts,
+    evaluated while decoding (where :func:`filters_in_read` allows; else every row is kept)."""
+    return read_split_decoded(store, spec, split, file_schema, filters)[0]
 
 
-def read_split_decoded(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema) -> tuple[pl.DataFrame, int]:
-    """:func:`read_split`, and the rows it decoded: more than it returns where its predicate was
-    evaluated while decoding (:func:`filters_in_read`), which is what decoding cost depends on."""
+def read_split_decoded(store: Store, spec: ScanSpec, split: Split, file_schema: pl.Schema, filters: bool = False) -> tuple[pl.DataFrame, int]:
+    """:func:`read_split`, and the rows it decoded: more than it returns where it filtered while
+    decoding, which is what decoding cost depends on."""
     if not split.key:
         return pl.DataFrame(schema=projected(spec, file_schema)), 0
     try:
         rows = None
         if spec.format == "parquet":
-            df, rows = _read_parquet(store, split, projected(spec, file_schema), spec.predicate if filters_in_read(spec) else None)
+            df, rows = _read_parquet(store, split, projected(spec, file_schema), spec.predicate if filters and filters_in_read(spec) else None)
         elif spec.format == "csv":
             df = _read_csv(store, spec, split, file_schema)
         else:

@@ -143,10 +143,13 @@ Sink = Union[ExchangeSink, OutputSink, ResultSink]
 
 @dataclass(frozen=True, eq=False)
 class ScanSource:
-    """Read stored files as frames; one task per split. ``file_schema`` is filled in if absent."""
+    """Read stored files as frames; one task per split. ``file_schema`` is filled in if absent.
+    ``filters``: the reads keep only the rows ``spec.predicate`` accepts, evaluating it while
+    decoding (:func:`croupier.dag.scan.filters_in_read`); else they keep every row."""
 
     spec: ScanSpec
     file_schema: Mapping[str, Any] | None = None
+    filters: bool = False
 
 
 @dataclass(frozen=True, eq=False)

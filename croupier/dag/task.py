@@ -26,7 +26,7 @@ import polars as pl
 from croupier.compute.context import TaskContext
 from croupier.errors import StorageError
 from croupier.dag.operators import Operator
-from croupier.dag.scan import ScanSpec, Split, read_split, read_split_decoded
+from croupier.dag.scan import ScanSpec, Split, read_split_decoded
 from croupier.dag.stage import HashPartitioning, Partitioning, RangePartitioning, RecordsRangePartitioning
 from croupier.exchange import move
 from croupier.exchange.broadcast import BroadcastPlan
@@ -51,6 +51,7 @@ class ScanRead:
     spec: ScanSpec
     split: Split
     file_schema: Mapping[str, Any]
+    filters: bool = False  # keeps only the rows spec.predicate accepts (see ScanSource)
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
     if not isinstance(source, ScanRead):
         data = read(ctx, source)
         return data, data_bytes(data)
-    df, rows = read_split_decoded(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema))
+    df, rows = read_split_decoded(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema), source.filters)
     nbytes = data_bytes(df)
     if rows > df.height:
         width = nbytes / df.height if df.height else 8 * max(1, df.width)
@@ -305,7 +306,7 @@ def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
 def read(ctx: TaskContext, source: Read) -> Any:
     """The data of one read spec: a frame, record runs, or a probe's sample."""
     if isinstance(source, ScanRead):
-        return read_split(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema))
+        return read_split_decoded(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema), source.filters)[0]
     if isinstance(source, ExchangeRead):
         chunks = ordered(move.fetch(ctx.store(source.url, source.channel), source.fetches, source.wait, lambda url: ctx.store(url, source.channel)))
         if source.rep == "records":

@@ -159,8 +159,9 @@ class Compiler:
 
     def _scan(self, node: Scan) -> Pipeline:
         spec: ScanSpec = node.spec
-        pipe = Pipeline(ScanSource(spec, dict(node.file_schema)))
-        if spec.predicate is not None and not filters_in_read(spec):
+        filters = filters_in_read(spec, self._kept_share(spec))
+        pipe = Pipeline(ScanSource(spec, dict(node.file_schema), filters))
+        if spec.predicate is not None and not filters:
             pipe.ops.append(FilterOp(spec.predicate))
         reduction = self._reductions.pop(id(node), None)
         if reduction is not None:
@@ -168,6 +169,15 @@ class Compiler:
             pipe.sides[build.name] = ExchangeInput(build, "all")
             pipe.ops.append(HashJoin(build.name, columns, keys, "semi"))
         return pipe
+
+    def _kept_share(self, spec: ScanSpec) -> float:
+        """The share of a scan's rows its predicate keeps, guessed from its row groups'
+        statistics (1 in a dry run: nothing is read to plan it)."""
+        if self.dry or spec.predicate is None:
+            return 1.0
+        assert self.runner is not None
+        counts = self.runner.scans.splits(spec)[1]
+        return counts["rows_kept"] / counts["rows_read"] if counts.get("rows_read") else 1.0
 
     def _filter(self, node: Filter) -> Pipeline:
         pipe = self.compile(node.input)
