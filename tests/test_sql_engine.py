@@ -54,6 +54,25 @@ def _failures(kind: str, numbers: tuple[int, ...], data: dict[str, Path], engine
     return failures
 
 
+def _upload_parts(root: str, config: Config, tmp_path: Path, folder: str, frames: dict[str, pl.DataFrame], cuts: int = 3, empty: bool = False) -> tuple[dict[str, Path], dict[str, str]]:
+    """Each frame as one local file (DuckDB's input) and as ``cuts`` part files under
+    ``root/folder/<name>/`` (Croupier's: several tasks per plan), a first empty one if ``empty``."""
+    from croupier.storage import open_store
+
+    store = open_store(root, config)
+    paths, tables = {}, {}
+    for name, frame in frames.items():
+        paths[name] = tmp_path / f"{name}.parquet"
+        frame.write_parquet(paths[name])
+        size = -(-frame.height // cuts)
+        parts = ([frame.head(0)] if empty else []) + [frame.slice(i * size, size) for i in range(cuts)]
+        for i, part in enumerate(parts):
+            part.write_parquet(tmp_path / f"{name}-{i}.parquet")
+            store.put(f"{folder}/{name}/part-{i}.parquet", (tmp_path / f"{name}-{i}.parquet").read_bytes())
+        tables[name] = f"{root}/{folder}/{name}/"
+    return paths, tables
+
+
 def test_all_tpch_queries_on_the_engine(engine: tuple[str, Config, Executor], tpc_sql_data: dict[str, dict[str, Path]]) -> None:
     assert _failures("tpch", tuple(range(1, 23)), tpc_sql_data["tpch"], engine) == {}
     assert leftover_tmp(engine[0], engine[1]) == []
@@ -181,22 +200,12 @@ def test_in_and_not_in_a_subquery_with_nulls_answer_as_duckdb(engine: tuple[str,
     """SQL's three-valued IN on the engine: NOT IN a subquery holding a NULL keeps no row; NOT IN
     an empty one keeps every row (a NULL operand too); in a SELECT list, IN is NULL for a NULL
     operand and for no match among values with a NULL. Each table is three files, one empty."""
-    from croupier.storage import open_store
-
     root, config, executor = engine
     frames = {
         "small": pl.DataFrame({"a": [1, 2, 3, None], "x": [10, 20, 30, 40]}),
         "vals": pl.DataFrame({"k": [1, None, 5], "v": [99, 99, 1]}),
     }
-    store = open_store(root, config)
-    paths, tables = {}, {}
-    for name, frame in frames.items():
-        paths[name] = tmp_path / f"{name}.parquet"
-        frame.write_parquet(paths[name])
-        for i, part in enumerate((frame.head(2), frame.head(0), frame.slice(2))):  # several tasks, one file empty
-            part.write_parquet(tmp_path / f"{name}-{i}.parquet")
-            store.put(f"threevalued/{name}/part-{i}.parquet", (tmp_path / f"{name}-{i}.parquet").read_bytes())
-        tables[name] = f"{root}/threevalued/{name}/"
+    paths, tables = _upload_parts(root, config, tmp_path, "threevalued", frames, cuts=2, empty=True)  # several tasks, one file empty
     for query in (
         "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 0) ORDER BY s.x",
         "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 100) ORDER BY s.x",
@@ -210,8 +219,6 @@ def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Con
     """With every join shuffled (no broadcast): one column as two join keys (its hash took two
     fields of one name), an integer key equal to a float one (the column keeps its type), an
     aggregate's FILTER clause and ORDER BY ALL. Each table is three files."""
-    from croupier.storage import open_store
-
     root, config, executor = engine
     rng = np.random.default_rng(13)
     n = 3_000
@@ -219,17 +226,7 @@ def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Con
         "s": pl.DataFrame({"a": pl.Series([None if i % 31 == 0 else int(v) for i, v in enumerate(rng.integers(0, 50, n))], dtype=pl.Int32), "b": rng.normal(size=n)}),
         "g": pl.DataFrame({"k": np.arange(60) % 50, "k2": np.arange(60) % 47, "w": (np.arange(60) % 50).astype(np.float64), "v": np.arange(60)}),
     }
-    store = open_store(root, config)
-    paths, tables = {}, {}
-    for name, frame in frames.items():
-        paths[name] = tmp_path / f"{name}.parquet"
-        frame.write_parquet(paths[name])
-        third = frame.height // 3
-        for i in range(3):
-            part = frame.slice(i * third, third if i < 2 else None)
-            part.write_parquet(tmp_path / f"{name}-{i}.parquet")
-            store.put(f"idioms/{name}/part-{i}.parquet", (tmp_path / f"{name}-{i}.parquet").read_bytes())
-        tables[name] = f"{root}/idioms/{name}/"
+    paths, tables = _upload_parts(root, config, tmp_path, "idioms", frames)
     shuffled = config.with_(broadcast_limit=0)
     for query in (
         "SELECT s.a, s.b, g.v FROM s JOIN g ON s.a = g.k AND s.a = g.k2 ORDER BY ALL",
@@ -251,8 +248,6 @@ def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engin
     final steps (median, quantiles, arg_max, string_agg, list: a group's rows meet on one task
     after the exchange, or all rows without keys), with split ones beside them; GROUP BY ALL,
     DISTINCT ON, QUALIFY, date functions and sliding window frames."""
-    from croupier.storage import open_store
-
     root, config, executor = engine
     rng = np.random.default_rng(21)
     n = 3_000
@@ -265,14 +260,7 @@ def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engin
             "id": np.arange(n),
         }
     )
-    store = open_store(root, config)
-    paths = {"t": tmp_path / "t.parquet"}
-    frame.write_parquet(paths["t"])
-    third = n // 3
-    for i in range(3):
-        frame.slice(i * third, third if i < 2 else None).write_parquet(tmp_path / f"t-{i}.parquet")
-        store.put(f"newaggs/t/part-{i}.parquet", (tmp_path / f"t-{i}.parquet").read_bytes())
-    tables = {"t": f"{root}/newaggs/t/"}
+    paths, tables = _upload_parts(root, config, tmp_path, "newaggs", {"t": frame})
     for query in (
         "SELECT a, median(b) AS m, quantile_cont(b, 0.9) AS q9, quantile_disc(id, 0.5) AS qd, count_if(b > 0) AS cp, bool_and(b > -3) AS ba, bool_or(b > 2) AS bo, arg_max(id, b) AS am, min_by(s, id) AS ms, string_agg(s, ',' ORDER BY id) AS sa, list(id ORDER BY id DESC) AS l, var_pop(b) AS vp, count(*) AS n FROM t GROUP BY ALL ORDER BY a",
         "SELECT median(b) AS m, quantile_cont(b, 0.25) AS q, arg_min(id, b) AS lo, count(*) AS n FROM t",

@@ -30,7 +30,6 @@ from croupier.expr import (
     IsIn,
     IsInFrame,
     Lit,
-    Over,
     ScalarFrame,
     coalesce,
     concat_str,
