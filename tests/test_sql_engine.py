@@ -73,6 +73,13 @@ def _upload_parts(root: str, config: Config, tmp_path: Path, folder: str, frames
     return paths, tables
 
 
+def _same_as_duckdb(queries: tuple[str, ...], tables: dict[str, str], paths: dict[str, Path], config: Config, executor: Executor) -> None:
+    """Each query on the engine answers exactly what DuckDB answers on the same rows, in order."""
+    for query in queries:
+        got = croupier.sql(query, tables, config=config).collect(executor=executor)
+        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+
+
 def test_all_tpch_queries_on_the_engine(engine: tuple[str, Config, Executor], tpc_sql_data: dict[str, dict[str, Path]]) -> None:
     assert _failures("tpch", tuple(range(1, 23)), tpc_sql_data["tpch"], engine) == {}
     assert leftover_tmp(engine[0], engine[1]) == []
@@ -206,13 +213,11 @@ def test_in_and_not_in_a_subquery_with_nulls_answer_as_duckdb(engine: tuple[str,
         "vals": pl.DataFrame({"k": [1, None, 5], "v": [99, 99, 1]}),
     }
     paths, tables = _upload_parts(root, config, tmp_path, "threevalued", frames, cuts=2, empty=True)  # several tasks, one file empty
-    for query in (
+    _same_as_duckdb((
         "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 0) ORDER BY s.x",
         "SELECT s.a, s.x FROM small s WHERE s.a NOT IN (SELECT k FROM vals WHERE v > 100) ORDER BY s.x",
         "SELECT s.a, s.a IN (SELECT k FROM vals) AS i, s.a NOT IN (SELECT k FROM vals WHERE k IS NOT NULL) AS n FROM small s ORDER BY s.x",
-    ):
-        got = croupier.sql(query, tables, config=config).collect(executor=executor)
-        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+    ), tables, paths, config, executor)
 
 
 def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Config, Executor], tmp_path: Path) -> None:
@@ -228,13 +233,11 @@ def test_common_idioms_on_shuffled_joins_answer_as_duckdb(engine: tuple[str, Con
     }
     paths, tables = _upload_parts(root, config, tmp_path, "idioms", frames)
     shuffled = config.with_(broadcast_limit=0)
-    for query in (
+    _same_as_duckdb((
         "SELECT s.a, s.b, g.v FROM s JOIN g ON s.a = g.k AND s.a = g.k2 ORDER BY ALL",
         "SELECT s.a, g.w, g.v FROM s LEFT JOIN g ON s.a = g.w ORDER BY ALL DESC",
         "SELECT a, count(*) FILTER (WHERE b > 0) AS up, sum(b) FILTER (WHERE b < -1) AS low, count(*) AS n FROM s GROUP BY a ORDER BY ALL",
-    ):
-        got = croupier.sql(query, tables, config=shuffled).collect(executor=executor)
-        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+    ), tables, paths, shuffled, executor)
     # a failing cast in a condition pushed into the scan is the query's error, not a bad file
     from croupier.errors import CroupierError
 
@@ -261,13 +264,11 @@ def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engin
         }
     )
     paths, tables = _upload_parts(root, config, tmp_path, "newaggs", {"t": frame})
-    for query in (
+    _same_as_duckdb((
         "SELECT a, median(b) AS m, quantile_cont(b, 0.9) AS q9, quantile_disc(id, 0.5) AS qd, count_if(b > 0) AS cp, bool_and(b > -3) AS ba, bool_or(b > 2) AS bo, arg_max(id, b) AS am, min_by(s, id) AS ms, string_agg(s, ',' ORDER BY id) AS sa, list(id ORDER BY id DESC) AS l, var_pop(b) AS vp, count(*) AS n FROM t GROUP BY ALL ORDER BY a",
         "SELECT median(b) AS m, quantile_cont(b, 0.25) AS q, arg_min(id, b) AS lo, count(*) AS n FROM t",
         "SELECT DISTINCT ON (a) a, id, b FROM t ORDER BY a, b DESC",
         "SELECT a, id, b FROM t QUALIFY row_number() OVER (PARTITION BY a ORDER BY b DESC) <= 2 ORDER BY a, id",
         "SELECT date_trunc('month', d) AS m, dayofweek(d) AS w, count(*) AS n FROM t GROUP BY ALL ORDER BY ALL",
         "SELECT id, avg(b) OVER (PARTITION BY a ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS r, ntile(4) OVER (PARTITION BY a ORDER BY id) AS nt, percent_rank() OVER (PARTITION BY a ORDER BY b) AS pr FROM t ORDER BY id",
-    ):
-        got = croupier.sql(query, tables, config=config).collect(executor=executor)
-        assert differences(got, duckdb_answer(query, paths), ordered=True) == [], query
+    ), tables, paths, config, executor)
