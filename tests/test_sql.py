@@ -354,6 +354,19 @@ def test_a_filtered_table_joins_first_and_an_unfiltered_small_one_waits() -> Non
     assert [j.side for j in kept.args["joins"]] == ["LEFT"]
 
 
+def test_integer_arithmetic_that_overflows_fails_as_duckdb_does_and_compares_exactly(tables: dict[str, Path]) -> None:
+    """DuckDB raises where an integer sum or product leaves its type (Polars wrapped around
+    silently: INTEGER q * 100000000 turned negative); inside a comparison the exact value is
+    compared (DuckDB moves the constants to the other side and answers)."""
+    sources = {n: str(p) for n, p in tables.items()}
+    with pytest.raises(duckdb.OutOfRangeException):
+        _duckdb("SELECT CAST(q AS INTEGER) * 100000000 AS big FROM t", tables)
+    with pytest.raises(pl.exceptions.InvalidOperationError, match="conversion from"):
+        croupier.sql("SELECT CAST(q AS INTEGER) * 100000000 AS big FROM t", sources, config=CONFIG).to_polars(partials=2).collect()
+    check("SELECT id, q FROM t WHERE CAST(q AS INTEGER) * 100000000 > 0", tables)
+    check("SELECT id, k * 1000 AS a, k + k AS b, k - 7 AS c, CAST(q AS SMALLINT) * 2 AS d FROM t", tables)
+
+
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
     sources = {n: str(p) for n, p in tables.items()}
     with pytest.raises(ConfigError, match="unknown table nope; tables given: " + re.escape(str(sorted(sources)))):

@@ -5,6 +5,8 @@ Where DuckDB and Polars differ, the translation follows DuckDB:
 * ``sum`` of no non-null value is NULL (Polars: 0); sums of integers are Int64; ``count`` is
   Int64; ``count(DISTINCT x)`` ignores NULL; ``avg`` and ``stddev_samp`` are Float64.
 * ``a // b`` and ``a % b`` truncate toward zero (Polars floors); ``round`` rounds half away from zero.
+* An integer ``+``, ``-`` or ``*`` whose result leaves its type fails (Polars wraps around); in a
+  comparison the exact value is compared.
 * ``CAST(x AS DECIMAL(p, s))`` rounds half away from zero to s places (Croupier computes
   decimals as Float64); ``CAST(<float> AS INTEGER)`` rounds half to even (Polars truncates).
 * ``DATE + INTERVAL`` is a TIMESTAMP; ``DATE + <integer>`` adds days; ``DATE - DATE`` is days.
@@ -54,6 +56,11 @@ _UNITS = {"DAY": "d", "DAYS": "d", "MONTH": "mo", "MONTHS": "mo", "YEAR": "y", "
 _PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "ISODOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
 
 
+#: Signed integer types, and the type twice as wide that their sums and products are checked in.
+_SIGNED = (pl.Int8, pl.Int16, pl.Int32, pl.Int64)
+_WIDER = {pl.Int8: pl.Int16, pl.Int16: pl.Int32, pl.Int32: pl.Int64, pl.Int64: pl.Int128}
+
+
 def is_integer(dtype: pl.DataType) -> bool:
     return isinstance(dtype, _INTEGERS)
 
@@ -70,6 +77,7 @@ class ExprTranslator:
         self.query = query
         self.rel = rel
         self.replace = replace or {}
+        self._compared = 0  # > 0 while translating a comparison's operands (see _checked)
 
     def dtype(self, e: Expr) -> pl.DataType:
         return dtype_of(e, self.rel.node.schema)
@@ -109,7 +117,11 @@ class ExprTranslator:
 
     # --- operators --------------------------------------------------------------------------------
     def compare(self, e: exp.Binary) -> Expr:
-        left, right = self._coerced(self(e.left), self(e.right))
+        self._compared += 1
+        try:
+            left, right = self._coerced(self(e.left), self(e.right))
+        finally:
+            self._compared -= 1
         return left._bin(_COMPARE[type(e)], right)
 
     def _coerced(self, left: Expr, right: Expr) -> tuple[Expr, Expr]:
@@ -131,7 +143,23 @@ class ExprTranslator:
             dated = self._date_arith(op, left, right)
             if dated is not None:
                 return dated
+        if op in ("+", "-", "*"):
+            return self._checked(op, left, right)
         return left._bin(op, right)
+
+    def _checked(self, op: str, left: Expr, right: Expr) -> Expr:
+        """``left op right``; of signed integers, computed twice as wide and cast back to the
+        result's type, which fails where the result does not fit: DuckDB raises an overflow error
+        where Polars wraps around (an INTEGER column times 1000000 turned negative and kept the
+        wrong rows of a WHERE). Inside a comparison the wide value is compared as it is (DuckDB
+        moves the constants of ``a * 1000000 > 0`` to the other side and answers)."""
+        out = left._bin(op, right)
+        dtype = self.dtype(out)
+        wider = _WIDER.get(type(dtype)) if isinstance(self.dtype(left), _SIGNED) and isinstance(self.dtype(right), _SIGNED) else None
+        if wider is None:
+            return out
+        wide = left.cast(wider)._bin(op, right.cast(wider))
+        return wide if self._compared else wide.cast(dtype)
 
     def _date_arith(self, op: str, left: Expr, right: Expr) -> Expr | None:
         ltype, rtype = self.dtype(left), self.dtype(right)
