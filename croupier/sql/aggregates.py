@@ -24,19 +24,15 @@ from sqlglot import exp
 
 from croupier.errors import ConfigError
 from croupier.expr import Agg, Expr, Func, Lit, when
+from croupier.sql.parse import sql_text
 
 if TYPE_CHECKING:
     from croupier.sql.exprs import ExprTranslator
 
-_INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
 SUPPORTED = (
     "count, sum, avg, min, max, count_if, bool_and, bool_or, any_value, stddev[_samp|_pop], variance, var_samp, var_pop, "
     "median, quantile_cont, quantile_disc, arg_max/max_by, arg_min/min_by, string_agg, list/array_agg"
 )
-
-
-def sql_text(e: exp.Expr) -> str:
-    return e.sql(dialect="duckdb")
 
 
 def aggregate(t: ExprTranslator, e: exp.Expr) -> Expr:
@@ -68,7 +64,7 @@ def _count(t: ExprTranslator, e: exp.Count) -> Expr:
 def _sum_of(t: ExprTranslator, x: Expr) -> Expr:
     """SQL sum: NULL without a non-null value; integers summed as Int64, FLOAT as DOUBLE."""
     dtype = t.dtype(x)
-    total = (x.cast(pl.Int64) if isinstance(dtype, _INTEGERS) else x.cast(pl.Float64) if dtype == pl.Float32 else x).sum()
+    total = (x.cast(pl.Int64) if dtype.is_integer() else x.cast(pl.Float64) if dtype == pl.Float32 else x).sum()
     return when(x.count() > 0).then(total).otherwise(Lit(None))
 
 

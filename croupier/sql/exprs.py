@@ -40,7 +40,7 @@ from croupier.expr import (
     when,
 )
 from croupier.sql.aggregates import aggregate
-from croupier.sql.parse import KEEP
+from croupier.sql.parse import KEEP, sql_text
 from croupier.sql.scalars import HANDLERS as SCALARS
 from croupier.sql.windows import window
 from croupier.sql.scope import Relation, dtype_of
@@ -63,10 +63,6 @@ _WIDER = {pl.Int8: pl.Int16, pl.Int16: pl.Int32, pl.Int32: pl.Int64, pl.Int64: p
 
 def is_integer(dtype: pl.DataType) -> bool:
     return isinstance(dtype, _INTEGERS)
-
-
-def sql_text(e: exp.Expr) -> str:
-    return e.sql(dialect="duckdb")
 
 
 class ExprTranslator:

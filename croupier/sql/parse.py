@@ -47,6 +47,11 @@ DIALECT = "duckdb"
 KEEP = "CROUPIER_KEEP"
 
 
+def sql_text(e: exp.Expr) -> str:
+    """``e`` as DuckDB's SQL text (error messages; the key of a subtree already translated)."""
+    return e.sql(dialect=DIALECT)
+
+
 def unfilter_aggregates(expression: exp.Expr) -> exp.Expr:
     """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)``: SQL aggregates skip NULLs,
     so both see the same values (``count(*)`` counts ``CASE WHEN c THEN 1 END``); list() keeps

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from croupier.errors import ConfigError
 from croupier.expr import Expr, Func
+from croupier.sql.parse import sql_text
 
 if TYPE_CHECKING:
     from croupier.sql.exprs import ExprTranslator
@@ -34,17 +35,13 @@ _TRUNC = {"YEAR": "1y", "QUARTER": "1q", "MONTH": "1mo", "WEEK": "1w", "DAY": "1
 _STRFTIME = set("YmdHMSyjbBaAp%")
 
 
-def _text(e: exp.Expr) -> str:
-    return e.sql(dialect="duckdb")
-
-
 def constant(e: exp.Expr | None, kind: type, what: str, whole: exp.Expr) -> Any:
     """The value of a literal argument (``kind`` str, int or float), or a ConfigError naming it."""
     value = e.this if isinstance(e, exp.Paren) else e
     negative = isinstance(value, exp.Neg)
     value = value.this if negative else value
     if not isinstance(value, exp.Literal) or value.is_string != (kind is str):
-        raise ConfigError(f"SQL: {_text(whole)}: {what} must be a constant {'string' if kind is str else 'number'}")
+        raise ConfigError(f"SQL: {sql_text(whole)}: {what} must be a constant {'string' if kind is str else 'number'}")
     out = kind(value.this) if kind is str else kind(float(value.this))
     return -out if negative else out
 
@@ -63,7 +60,7 @@ def date_trunc(t: ExprTranslator, e: exp.Expr) -> Expr:
     unit = e.args.get("unit")
     every = _TRUNC.get(unit.name.upper() if unit is not None else "")
     if every is None:
-        raise ConfigError(f"SQL: {_text(e)}: date_trunc supports the units {sorted(_TRUNC)}")
+        raise ConfigError(f"SQL: {sql_text(e)}: date_trunc supports the units {sorted(_TRUNC)}")
     return Func("truncate", (t(e.this).cast(pl.Datetime("us")),), (every,))
 
 
@@ -71,13 +68,13 @@ def strftime(t: ExprTranslator, e: exp.Expr) -> Expr:
     fmt = constant(e.args.get("format"), str, "the format", e)
     unknown = sorted({c for c in re.findall(r"%(.)", fmt)} - _STRFTIME)
     if unknown:
-        raise ConfigError(f"SQL: {_text(e)}: strftime specifiers {['%' + c for c in unknown]} are not supported; use %{', %'.join(sorted(_STRFTIME))}")
+        raise ConfigError(f"SQL: {sql_text(e)}: strftime specifiers {['%' + c for c in unknown]} are not supported; use %{', %'.join(sorted(_STRFTIME))}")
     return Func("strftime", (t(e.this).cast(pl.Datetime("us")),), (fmt,))
 
 
 def regexp_matches(t: ExprTranslator, e: exp.Expr) -> Expr:
     if e.args.get("flag") is not None:
-        raise ConfigError(f"SQL: {_text(e)}: regexp_matches options are not supported; write them in the pattern, e.g. '(?i)abc'")
+        raise ConfigError(f"SQL: {sql_text(e)}: regexp_matches options are not supported; write them in the pattern, e.g. '(?i)abc'")
     return Func("contains", (t(e.this),), (constant(e.expression, str, "the pattern", e), False))
 
 

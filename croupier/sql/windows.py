@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from croupier.errors import ConfigError
 from croupier.expr import Agg, Expr, Func, Lit, Over, coalesce, int_range, when
+from croupier.sql.parse import sql_text
 
 if TYPE_CHECKING:
     from croupier.sql.exprs import ExprTranslator
@@ -31,10 +32,6 @@ _NULL_LAST = 2**40
 _RANKS = {exp.Rank: "min", exp.DenseRank: "dense", exp.RowNumber: "ordinal"}
 _ROLLING = {exp.Sum: "rolling_sum", exp.Avg: "rolling_mean", exp.Min: "rolling_min", exp.Max: "rolling_max", exp.Count: "rolling_sum"}
 FRAMES = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW, ROWS BETWEEN n PRECEDING AND CURRENT ROW, ROWS BETWEEN n PRECEDING AND n FOLLOWING"
-
-
-def _text(e: exp.Expr) -> str:
-    return e.sql(dialect="duckdb")
 
 
 def window(t: ExprTranslator, e: exp.Window) -> Expr:
@@ -54,7 +51,7 @@ def window(t: ExprTranslator, e: exp.Window) -> Expr:
         shifted = t(fn.this).shift(n if isinstance(fn, exp.Lag) else -n, _default(fn))
         return _ordered_over(shifted, partition, keys, desc, nulls_first)
     if not isinstance(fn, exp.AggFunc):
-        raise ConfigError(f"SQL: window function {_text(fn)} is not supported")
+        raise ConfigError(f"SQL: window function {sql_text(fn)} is not supported")
     if not keys:
         agg = t.aggregate(fn)
         return Over(agg, partition) if partition else agg
@@ -89,7 +86,7 @@ def _ntile(fn: exp.Ntile, index: Expr, rows: Expr) -> Expr:
     first rows % n of them one row larger (DuckDB's and PostgreSQL's split)."""
     arg = fn.this
     if not isinstance(arg, exp.Literal) or arg.is_string or int(float(arg.this)) < 1:
-        raise ConfigError(f"SQL: {_text(fn)}: ntile needs a constant positive number of buckets")
+        raise ConfigError(f"SQL: {sql_text(fn)}: ntile needs a constant positive number of buckets")
     n = int(float(arg.this))
     size = rows // n
     large = rows - size * n
@@ -111,7 +108,7 @@ def _framed(t: ExprTranslator, e: exp.Window, fn: exp.Expr) -> Expr:
             return _rolling(t, fn, before + 1, False)
         if _offset(end, spec, "following") == before:
             return _rolling(t, fn, 2 * before + 1, True)
-    raise ConfigError(f"SQL: {_text(e)}: an ordered window aggregate needs one of these frames: {FRAMES} (sum, avg, min, max, count; RANGE frames and DuckDB's default frame are not supported)")
+    raise ConfigError(f"SQL: {sql_text(e)}: an ordered window aggregate needs one of these frames: {FRAMES} (sum, avg, min, max, count; RANGE frames and DuckDB's default frame are not supported)")
 
 
 def _offset(bound: exp.Expr | None, spec: exp.Expr, side: str) -> int | None:
@@ -130,18 +127,18 @@ def _default(fn: exp.Expr) -> Any:
     try:
         return given.to_py()  # a literal, -1 included
     except ValueError as exc:
-        raise ConfigError(f"SQL: {_text(fn)}: the default must be a constant") from exc
+        raise ConfigError(f"SQL: {sql_text(fn)}: the default must be a constant") from exc
 
 
 def _rolling(t: ExprTranslator, fn: exp.Expr, size: int, center: bool) -> Expr:
     """sum/avg/min/max/count over a sliding frame of ``size`` rows (ending at the row, or centred
     on it), over the rows present: Polars' rolling with min_samples=1 skips NULLs as SQL does."""
     if isinstance(fn.this, exp.Star) or isinstance(fn.this, exp.Distinct):
-        raise ConfigError(f"SQL: {_text(fn)} over a sliding frame is not supported; count a column")
+        raise ConfigError(f"SQL: {sql_text(fn)} over a sliding frame is not supported; count a column")
     x = t(fn.this)
     dtype = t.dtype(x)
     if not isinstance(fn, exp.Count) and not (dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean):
-        raise ConfigError(f"SQL: {_text(fn)} of {dtype} values over a sliding frame is not supported (numbers, dates and times are)")
+        raise ConfigError(f"SQL: {sql_text(fn)} of {dtype} values over a sliding frame is not supported (numbers, dates and times are)")
     if isinstance(fn, exp.Count):
         x = x.is_not_null().cast(pl.Int64)
     elif isinstance(fn, exp.Sum) and dtype.is_integer():
@@ -168,7 +165,7 @@ def _running(t: ExprTranslator, fn: exp.Expr) -> Expr:
         return x.cum_min().forward_fill()
     if isinstance(fn, exp.Count):
         return x.cum_count().cast(pl.Int64)
-    raise ConfigError(f"SQL: running {_text(fn)} is not supported (sum, avg, min, max, count are)")
+    raise ConfigError(f"SQL: running {sql_text(fn)} is not supported (sum, avg, min, max, count are)")
 
 
 def _ordered_over(e: Expr, partition: tuple[Expr, ...], keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
