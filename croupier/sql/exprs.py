@@ -150,11 +150,10 @@ class ExprTranslator:
         wrong rows of a WHERE). Inside a comparison the wide value is compared as it is (DuckDB
         moves the constants of ``a * 1000000 > 0`` to the other side and answers)."""
         out = left._bin(op, right)
+        if not (isinstance(self.dtype(left), _SIGNED) and isinstance(self.dtype(right), _SIGNED)):
+            return out  # (floats, most of SQL's arithmetic, infer no result type here)
         dtype = self.dtype(out)
-        wider = _WIDER.get(type(dtype)) if isinstance(self.dtype(left), _SIGNED) and isinstance(self.dtype(right), _SIGNED) else None
-        if wider is None:
-            return out
-        wide = left.cast(wider)._bin(op, right.cast(wider))
+        wide = left.cast(_WIDER[type(dtype)])._bin(op, right.cast(_WIDER[type(dtype)]))
         return wide if self._compared else wide.cast(dtype)
 
     def _date_arith(self, op: str, left: Expr, right: Expr) -> Expr | None:

@@ -65,15 +65,9 @@ def dtype_of(expr: Expr, schema: pl.Schema) -> pl.DataType:
     if isinstance(expr, Col) and expr.name in schema:
         return schema[expr.name]  # most calls: a comparison's operands
     expr = for_schema(expr)
-    used = expr.columns()
+    used = expr.columns()  # every column it reads (projection pushdown relies on the same)
     try:
         return pl.DataFrame(schema={c: t for c, t in schema.items() if c in used}).select(expr.to_polars().alias("x")).schema["x"]
-    except pl.exceptions.ColumnNotFoundError:
-        pass  # an expression reading columns it does not name: over every column, below
-    except pl.exceptions.PolarsError as exc:
-        raise ConfigError(f"SQL: {expr.show()}: {exc}") from exc
-    try:
-        return pl.DataFrame(schema=schema).select(expr.to_polars().alias("x")).schema["x"]
     except pl.exceptions.PolarsError as exc:
         raise ConfigError(f"SQL: {expr.show()}: {exc}") from exc
 
