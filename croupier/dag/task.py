@@ -306,7 +306,7 @@ def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
 def read(ctx: TaskContext, source: Read) -> Any:
     """The data of one read spec: a frame, record runs, or a probe's sample."""
     if isinstance(source, ScanRead):
-        return read_split_decoded(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema), source.filters)[0]
+        return read_sized(ctx, source)[0]
     if isinstance(source, ExchangeRead):
         chunks = ordered(move.fetch(ctx.store(source.url, source.channel), source.fetches, source.wait, lambda url: ctx.store(url, source.channel)))
         if source.rep == "records":

@@ -65,9 +65,9 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
     """Write ``sender``'s chunks at ``level`` under key ``prefix``; return (segment boundaries if
     combined, bytes written)."""
     if isinstance(plan, BroadcastPlan):
-        buffers = segments.encode(segments.ordered(chunks))
+        buffers, size = segments.encode_sized(segments.ordered(chunks))
         store.put(prefix + plan.key(level, sender), buffers)
-        return None, segments.size(buffers)
+        return None, size
     routed = _route(plan, level, chunks)
     written = 0
     for obj in plan.writes(level, sender):
@@ -80,9 +80,9 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
                 bounds.append(bounds[-1] + s)
             return tuple(bounds), bounds[-1]
         (receiver,) = obj.receivers
-        buffers = segments.encode(routed.get(plan.route(level, receiver), []))
+        buffers, size = segments.encode_sized(routed.get(plan.route(level, receiver), ()))
         store.put(prefix + obj.key, buffers)
-        written += segments.size(buffers)
+        written += size
     return None, written
 
 

@@ -72,11 +72,6 @@ def encode_sized(chunks: Sequence[Chunk]) -> tuple[list[Buffer], int]:
     return [header, *payload], len(header) + sum(sum(n) for n in sizes)
 
 
-def size(buffers: Sequence[Buffer]) -> int:
-    """Bytes of an encoded segment."""
-    return sum(memoryview(b).nbytes for b in buffers)
-
-
 def decode(buf: Buffer, where: str) -> list[Chunk]:
     """The chunks of one or more segments back to back (zero-copy views into ``buf``)."""
     view = memoryview(buf).cast("B") if memoryview(buf).format != "B" else memoryview(buf)
