@@ -31,6 +31,7 @@ from croupier.dag.operators import Aggregate as AggregateOp
 from croupier.dag.operators import AggSpec, Operator, Select, WithColumns
 from croupier.errors import ConfigError
 from croupier.expr import Agg, Col, Expr, Lit, extract, walk, when
+from croupier.plan.inference import empty, infer_cached
 
 #: aggregation -> (partial function, final function combining partials)
 SPLITS = {"sum": ("sum", "sum"), "count": ("count", "sum"), "len": ("len", "sum"), "null_count": ("null_count", "sum"), "min": ("min", "min"), "max": ("max", "max")}
@@ -109,12 +110,13 @@ def _splits(agg: Agg, schema: pl.Schema) -> bool:
 
 
 def _part_dtypes(schema: pl.Schema, keys: tuple[Expr, ...], parts: list[Agg]) -> pl.Schema:
-    """The dtype Polars gives each aggregation on its own (the final step casts to it)."""
-    frame = pl.DataFrame(schema=schema)
+    """The dtype Polars gives each aggregation on its own (the final step casts to it);
+    remembered as every node's schema is (the optimiser lowers each aggregation it rebuilds)."""
     exprs = [p.to_polars().alias(f"__r{j}") for j, p in enumerate(parts)]
     if not keys:
-        return frame.select(exprs).schema
-    return frame.group_by([k.to_polars() for k in keys]).agg(exprs).schema
+        return infer_cached("partial aggregates", lambda: empty(schema).select(exprs), "part-aggregate", (schema,), exprs)
+    by = [k.to_polars() for k in keys]
+    return infer_cached("partial aggregates", lambda: empty(schema).group_by(by).agg(exprs), "part-group_by", (schema,), by + exprs, (len(by),))
 
 
 def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr, ...], target: pl.Schema) -> LoweredAgg:
