@@ -167,7 +167,7 @@ class LocalBackend(Backend):
                     key = os.path.relpath(full, self._root).replace(os.sep, "/")
                     if key.startswith(prefix):
                         try:
-                            found.append(ObjectInfo(key, os.path.getsize(full)))
+                            found.append(ObjectInfo(key, (st := os.stat(full)).st_size, _version(st)))
                         except FileNotFoundError:
                             continue  # deleted while listing
         found.sort(key=lambda o: o.key)

@@ -109,7 +109,7 @@ class S3Backend(Backend):
         def run() -> list[list[ObjectInfo]]:
             folder = prefix.rpartition("/")[0] or None
             stream = obstore.list(self._store, prefix=folder, chunk_size=1000)
-            pages = [[ObjectInfo(m["path"], int(m["size"])) for m in chunk] for chunk in stream]
+            pages = [[ObjectInfo(m["path"], int(m["size"]), m.get("e_tag")) for m in chunk] for chunk in stream]
             return [sorted(p, key=lambda o: o.key) for p in pages] or [[]]
 
         pages = self._call(prefix, run)

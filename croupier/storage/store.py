@@ -214,7 +214,7 @@ class Store:
         pages = self._run("LIST", prefix, lambda: self.backend.list_pages(self.prefix + prefix), lambda _: 0)
         self.stats.record("LIST", requests=len(pages) - 1)  # _run counted the first page
         cut = len(self.prefix)
-        return [ObjectInfo(o.key[cut:], o.size) for page in pages for o in page]
+        return [ObjectInfo(o.key[cut:], o.size, o.version) for page in pages for o in page]
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst`` (one COPY request and, on S3, one DELETE).
