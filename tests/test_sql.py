@@ -25,7 +25,7 @@ from click.testing import CliRunner
 import croupier
 from croupier.cli import main
 from croupier.config import Config
-from croupier.errors import ConfigError, CroupierError
+from croupier.errors import ConfigError, CroupierError, TaskError
 from croupier.plan.logical import Scan, walk
 from croupier.plan.optimize import parents
 from croupier.sql.types import duckdb_dtype
@@ -366,6 +366,14 @@ def test_integer_arithmetic_that_overflows_fails_as_duckdb_does_and_compares_exa
     check("SELECT id, q FROM t WHERE CAST(q AS INTEGER) * 100000000 > 0", tables)
     check("SELECT id, k * 1000 AS a, k + k AS b, k - 7 AS c, CAST(q AS SMALLINT) * 2 AS d FROM t", tables)
 
+
+
+def test_a_task_whose_rows_fail_the_query_is_not_tried_again(tables: dict[str, Path]) -> None:
+    """A strict cast or an overflow fails the same rows on every try: the query fails at the
+    first (it ran its failing stage three times before it said so)."""
+    sources = {n: str(p) for n, p in tables.items()}
+    with pytest.raises(TaskError, match=r"(?s)InvalidOperationError: conversion from .*\(attempt 1 of \d\)"):
+        croupier.sql("SELECT CAST(q AS INTEGER) * 100000000 AS big FROM t", sources, config=CONFIG).collect()
 
 def test_errors_say_what_is_wrong(tables: dict[str, Path]) -> None:
     sources = {n: str(p) for n, p in tables.items()}

@@ -37,7 +37,14 @@ from croupier.units import format_bytes
 #: Exception types raised by tasks that would fail the same way again; never retried. A full fast
 #: tier is one: a writer that may spill has already spilled (croupier.dag.task.write), and one that
 #: may not (a pipelined hybrid round, eager consumers) is run again by its stage on the slow tier.
-DETERMINISTIC_ERRORS = frozenset({"InputError", "ValidationError", "ConfigError", "OutputExistsError", "StoreFullError"})
+#: Polars' errors about the data and the query (a string that does not cast, an integer overflow
+#: caught by a strict cast, a missing column) are others: the same rows fail again, and a query
+#: ran its failing stage three times before it said so. Storage and memory failures reach a task
+#: as Croupier's own errors or as a dead worker, never as these.
+DETERMINISTIC_ERRORS = frozenset(
+    {"InputError", "ValidationError", "ConfigError", "OutputExistsError", "StoreFullError"}
+    | {"InvalidOperationError", "ComputeError", "SchemaError", "ColumnNotFoundError", "SchemaFieldNotFoundError", "StructFieldNotFoundError", "DuplicateError", "ShapeError", "OutOfBoundsError"}
+)
 
 
 @dataclass
