@@ -214,3 +214,44 @@ def test_a_table_scanned_twice_in_a_run_is_listed_once_and_its_footers_read_once
     assert (folder / "p1.parquet").stat().st_size == size
     assert twice.collect().equals(pl.read_parquet(url).select("k", "a", "b").sort("k")), "the replaced file's rows"
     assert footers[3:] == ["p1.parquet"], "only the replaced file's footer read again"
+
+
+def test_a_run_lists_all_its_tables_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query over three tables lists them side by side when its run starts (one round trip of
+    listing on object storage, not one per table), and answers as before; a table that cannot be
+    listed still fails with its own error."""
+    import threading
+    import time
+
+    from croupier.dag import splits
+    from croupier.errors import InputError
+
+    running, most, lock = [0], [0], threading.Lock()
+    resolve = splits.resolve
+
+    def slow_resolve(url, open_store):  # type: ignore[no-untyped-def]
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return resolve(url, open_store)
+
+    monkeypatch.setattr(splits, "resolve", slow_resolve)
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    frames = {}
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        df = pl.DataFrame({"k": list(range(20)), name: [f"{name}{i}" for i in range(20)]})
+        df.write_parquet(tmp_path / name / "p0.parquet")
+        frames[name] = df
+    scan = {n: croupier.scan_parquet(str(tmp_path / n / "*.parquet"), config=config) for n in frames}
+    query = scan["a"].join(scan["b"], on="k").join(scan["c"], on="k").sort("k")
+    expected = frames["a"].join(frames["b"], on="k").join(frames["c"], on="k").sort("k")
+    most[0] = 0
+    assert query.collect().equals(expected)
+    assert most[0] == 3, "the three tables were listed at the same time"
+    (tmp_path / "c" / "p0.parquet").unlink()
+    with pytest.raises(InputError, match="no input objects match"):
+        query.collect()

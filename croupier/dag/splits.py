@@ -1,13 +1,15 @@
 """Scan planning on the driver: the splits of every scan of a run (cached) and file schemas.
 
 Listings and Parquet footers are read once per run however many scans read a table (a table read
-with two projections, or by a subquery and its outer query, is listed once), and the footers of
-a listing are read concurrently."""
+with two projections, or by a subquery and its outer query, is listed once); the footers of a
+listing are read concurrently, and :meth:`ScanPlanner.prefetch` lists all of a run's tables at
+once when it starts, so a query of eight tables pays one round trip of listing, not eight."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterable
 
 import polars as pl
 
@@ -22,6 +24,8 @@ from croupier.dag.stage import ScanSource
 SPLITS_PER_FUNCTION = 4
 MIN_SPLIT = 1 << 20
 MAX_SPLIT = 128 << 20
+#: Tables a run lists at once when it starts (see :meth:`ScanPlanner.prefetch`).
+PREFETCH_THREADS = 8
 
 
 class ScanPlanner:
@@ -34,6 +38,29 @@ class ScanPlanner:
         self._split_cache: dict[int, tuple[ScanSpec, tuple[list[Any], dict[str, int]]]] = {}
         self._listings: dict[str, tuple[str, list[ObjectInfo]]] = {}
         self._footers: dict[tuple[str, str, int], pq.FileMetaData] = {}
+        self._pending: dict[str, Future[None]] = {}
+
+    def prefetch(self, specs: Iterable[ScanSpec]) -> None:
+        """Start listing the tables of ``specs`` and reading their Parquet footers, all at once
+        in the background; :meth:`listing` waits for a table's when it needs it. A failure is
+        left to the scan that meets it again (its error then comes from the usual place)."""
+        kinds = {spec.url: spec.format for spec in specs}
+        with self._lock:
+            urls = [url for url in kinds if url not in self._listings and url not in self._pending]
+        if len(urls) < 2:
+            return
+        pool = ThreadPoolExecutor(max_workers=min(PREFETCH_THREADS, len(urls)), thread_name_prefix="croupier-list")
+        with self._lock:
+            for url in urls:
+                self._pending[url] = pool.submit(self._warm, url, kinds[url] == "parquet")
+        pool.shutdown(wait=False)
+
+    def _warm(self, url: str, parquet: bool) -> None:
+        listed = resolve(url, self.run.store)
+        with self._lock:
+            self._listings.setdefault(url, listed)
+        if parquet:
+            self.footers(*listed)
 
     def file_schema(self, source: ScanSource) -> dict[str, Any]:
         """The file schema of a scan source (read from its first object unless given)."""
@@ -89,7 +116,14 @@ class ScanPlanner:
     def listing(self, url: str) -> tuple[str, list[ObjectInfo]]:
         """The store URL and objects ``url`` names (see :func:`resolve`), listed once per run."""
         with self._lock:
-            cached = self._listings.get(url)
+            cached, pending = self._listings.get(url), self._pending.get(url)
+        if cached is None and pending is not None:
+            try:
+                pending.result()  # a failure is met again just below, where its error belongs
+            except Exception:  # noqa: BLE001
+                pass
+            with self._lock:
+                cached = self._listings.get(url)
         if cached is None:
             cached = resolve(url, self.run.store)
             with self._lock:

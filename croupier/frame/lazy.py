@@ -410,7 +410,9 @@ class LazyFrame:
                 commit = run.begin_output(output.location, output.overwrite)
                 sink = OutputSink(str(output.location), output.fmt, commit.tag, output.max_rows_per_file)
             assert sink is not None
-            last = finish(compiler, compiler.compile(self.optimized_plan()), sink)
+            plan = self.optimized_plan()
+            runner.scans.prefetch(n.spec for n in _walk(plan) if isinstance(n, Scan))  # every table listed at once
+            last = finish(compiler, compiler.compile(plan), sink)
             out = runner.result(last)
             frame = read_output(runner, out) if read else None
             if commit is not None:
