@@ -171,9 +171,10 @@ class Phases:
         self._ctx = ctx
         self.kinds: dict[str, list[float]] = {}
 
-    def run(self, kind: str, fn: Any, *args: Any, sized: bool = False) -> Any:
+    def run(self, kind: str, fn: Any, *args: Any, sized: bool = False, also: int = 0) -> Any:
         """Call ``fn(*args)`` as phase ``kind``; its data size is that of its result (reads) or its
-        first argument (operators, writes); ``sized``: ``fn`` returns (result, its size)."""
+        first argument (operators, writes), plus ``also`` (bytes of further inputs it works
+        through: a join's build side); ``sized``: ``fn`` returns (result, its size)."""
         io_before = _io_seconds(self._ctx)
         started = time.perf_counter()
         result = fn(*args)
@@ -183,7 +184,7 @@ class Phases:
         else:
             nbytes = data_bytes(args[0] if args and not kind.startswith("read:") else result)
         entry = self.kinds.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
-        entry[0] += nbytes
+        entry[0] += nbytes + also
         entry[1] += wall
         entry[2] += _io_seconds(self._ctx) - io_before
         entry[3] += 1
@@ -237,7 +238,9 @@ def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
     cached: dict[str, dict[str, int]] = {}
     sides = {name: read_shared(ctx, r, phases, cached) if r.shared else phases.run(read_kind(r), read, ctx, r) for name, r in spec.sides.items()}
     for op in spec.ops:
-        data = phases.run(op.cost_kind, op.for_task(spec.index).apply, data, sides)
+        # a join works through its build side as well as the stream: both sizes price it
+        built = sum(data_bytes(sides[name]) for name in op.sides if name in sides)
+        data = phases.run(op.cost_kind, op.for_task(spec.index).apply, data, sides, also=built)
     out = phases.run(write_kind(spec.write, data), _write_data, data, ctx, spec.write)
     out["phases"] = phases.kinds
     if cached:
