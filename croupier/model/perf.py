@@ -37,14 +37,15 @@ class Prediction:
     cost: float = 0.0
     tier: str = "slow"  # where the exchange's objects go: "slow", "fast", "hybrid" (croupier.model.tier)
     fast_share: float = 1.0  # on the fast tier: the share of its producers whose objects fit (the rest spill to the slow tier)
+    #: the sum of the stages' times, added up once (the selector sorts and compares by it)
+    seconds: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", sum([s.seconds for s in self.stages]))
 
     @property
     def workers(self) -> int:
         return self.plan.workers
-
-    @property
-    def seconds(self) -> float:
-        return sum(s.seconds for s in self.stages)
 
     @cached_property
     def range(self) -> tuple[float, float]:
@@ -107,7 +108,7 @@ two level stages), consumers (P tasks: read level k, run
     stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
     requests = job_requests(plan)
     prediction = Prediction(plan, data_bytes, stages, requests)
-    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile, concurrency))
+    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile, concurrency, [f.tasks for f in facts]))
 
 
 def job_requests(plan: ExchangePlan) -> dict[str, int]:
@@ -142,6 +143,9 @@ def stage_facts(
     ``stored``: bytes the exchange's objects hold per byte of data (its codec's compression;
     :func:`stored_ratio`): what its writes and fetches move, while its phases process ``data_bytes``."""
     kinds = {**SORT_PHASES, **(phases or {})}
+    # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
+    reads_input = any(k.startswith("read:") for k in kinds["map"])
+    writes_output = any(k.startswith("write:output") for k in kinds["reduce"])
     p, m = plan.workers, plan.producers
     d = float(data_bytes)
     counts = plan.counts(data_bytes)
@@ -155,9 +159,8 @@ def stage_facts(
         name = "map" if first else ("reduce" if last else f"level-{written + 1}")
         role = "map" if first else ("reduce" if last else "level")
         fetched = 0 if first else counts[stage.reads].gets + counts[stage.reads].ranged_gets
-        # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
-        reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if first else fetched
-        writes = counts[stage.writes].puts if not last else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
+        reads = (m if reads_input else 0) if first else fetched
+        writes = counts[stage.writes].puts if not last else (p if writes_output else 0)
         write_bytes = (d * stored if not last else d) if writes else 0.0
         read_bytes = (d * stored if not first else d) if reads else 0.0
         facts.append(StageFacts(name, stage.tasks, {k: d for k in kinds[role]}, reads, read_bytes, writes, write_bytes, fetched, d * stored if fetched else 0.0))
@@ -171,14 +174,15 @@ def stage_tasks(prediction: Prediction) -> list[int]:
     return tasks[len(tasks) - len(prediction.stages) :]
 
 
-def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | None = None) -> float:
+def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | None = None, tasks: list[int] | None = None) -> float:
     """SEER Eq. 4 with reads and writes priced apart, in USD: each stage bills its running
     functions (its tasks, at most ``concurrency`` at once) for that stage's time, and one
-    invocation per task; plus read and write requests and the intermediate data's storage."""
+    invocation per task; plus read and write requests and the intermediate data's storage.
+    ``tasks``: :func:`stage_tasks` of the prediction, when the caller knows them already."""
     prices = profile.prices
     gb = profile.function_memory / 2**30
     c = max(1, concurrency or profile.concurrency)
-    tasks = stage_tasks(prediction)
+    tasks = stage_tasks(prediction) if tasks is None else tasks
     gb_seconds = sum(s.function_seconds(min(t, c)) * gb for t, s in zip(tasks, prediction.stages))
     functions = prices.function_gb_second * gb_seconds + prices.invocation * sum(tasks)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))
