@@ -241,21 +241,15 @@ def kind_seconds(facts: StageFacts, profile: StorageProfile) -> tuple[dict[str, 
     over the functions; the simulator (:mod:`croupier.sim.engine`) over the tasks, as one task's."""
     per_byte: dict[str, float] = {}
     per_call: dict[str, float] = {}
+    known = profile.memo("kind_costs")  # kind -> (c_k, d_k)
     for k, b in facts.phases.items():
-        c_k, d_k = _kind_costs(profile, k)
+        costs = known.get(k)
+        if costs is None:
+            costs = known[k] = (profile.compute_cost(k), profile.call_cost(k))
         if b:
-            per_byte[k] = c_k * b
-        per_call[k] = d_k * phase_calls(facts, k)
+            per_byte[k] = costs[0] * b
+        per_call[k] = costs[1] * phase_calls(facts, k)
     return per_byte, per_call
-
-
-def _kind_costs(profile: StorageProfile, kind: str) -> tuple[float, float]:
-    """(c_k, d_k) of phase ``kind``: seconds per byte and per call, remembered per profile."""
-    known = profile.memo("kind_costs")
-    costs = known.get(kind)
-    if costs is None:
-        costs = known[kind] = (profile.compute_cost(kind), profile.call_cost(kind))
-    return costs
 
 
 def _coefficient_names(kind: str) -> tuple[str, str]:
