@@ -1,8 +1,9 @@
 """The selector's fast paths against a plain reference: identical choices, numbers and texts.
 
 The model remembers per profile what it derives from it (per-kind costs, coefficient errors,
-q(s, P)), formats a term's ``why`` only when read, and adds up stage and prediction times once, to
-make the selector fast enough to run between the stages of every query. This test keeps a
+q(s, P)) and per plan what it counts (stages, requests), predicts the stages candidates share once,
+formats a term's ``why`` only when read, and adds up stage and prediction times once, to make the
+selector fast enough to run between the stages of every query. This test keeps a
 straightforward copy of the model as it was before (every lookup made afresh, every text formatted
 at once) and checks that :func:`croupier.model.selector.choose` gives exactly the same candidates
 (seconds, ranges, costs, requests, every term with its sources and text, dominant terms) on random

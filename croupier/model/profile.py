@@ -37,7 +37,7 @@ PROFILE_VERSION = 3
 DEFAULT_COMPUTE = 1.5e-9
 #: Relative standard error assumed for a coefficient no fit measured (published figures, defaults).
 DEFAULT_UNCERTAINTY = 0.25
-#: (size, workers) pairs a curve remembers q of (:meth:`Curve.q`); more clear what it remembers.
+#: (size, workers) pairs a curve remembers q of (:meth:`Curve.q`); past that it forgets them all.
 Q_MEMO = 4096
 
 

@@ -70,7 +70,7 @@ class _Why:
         return why
 
     def __set__(self, term: Term, why: str | Callable[[], str]) -> None:
-        term.__dict__["_why"] = why  # once, from __init__ (the frozen dataclass refuses later sets)
+        term.__dict__["_why"] = why  # only through object.__setattr__: the frozen dataclass refuses sets
 
 
 @dataclass(frozen=True)
