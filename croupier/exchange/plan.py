@@ -29,6 +29,7 @@ whatever the topology, P or write combining (so every plan gives byte-identical 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterable
 
 from croupier.exchange.topology import Topology
@@ -264,8 +265,15 @@ def all_plans(
     """Every candidate topology of ``workers``, each with the write-combining choices ``combine``,
     and (``memory``) each plan of 3 levels or more also with its middle levels in memory
     (:class:`croupier.exchange.levels.LevelsPlan`)."""
+    return list(_all_plans(workers, max_levels, senders, buckets, tuple(combine), memory))
+
+
+@lru_cache(maxsize=1024)
+def _all_plans(workers: int, max_levels: int | None, senders: int | None, buckets: int | None, combine: tuple[bool, ...], memory: bool) -> tuple[ExchangePlan, ...]:
+    """:func:`all_plans`, remembered: the selector asks the same ones for every exchange of a run
+    (plans are immutable, so the same objects serve every caller)."""
     from croupier.exchange.levels import memory_plans
     from croupier.exchange.topology import candidates
 
     plans = [ExchangePlan(t, c, senders, buckets) for t in candidates(workers, max_levels) for c in combine]
-    return plans + memory_plans(plans, max_levels) if memory else plans
+    return tuple(plans + memory_plans(plans, max_levels) if memory else plans)

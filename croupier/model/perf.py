@@ -19,9 +19,10 @@ task) + read and write requests + storage GB-s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
+from typing import Any
 
-from croupier.exchange.plan import ExchangePlan
+from croupier.exchange.plan import ExchangePlan, LevelStage
 from croupier.model.profile import StorageProfile
 from croupier.model.stage import StageFacts, StagePrediction, Term, interval, predict_stage
 
@@ -37,14 +38,15 @@ class Prediction:
     cost: float = 0.0
     tier: str = "slow"  # where the exchange's objects go: "slow", "fast", "hybrid" (croupier.model.tier)
     fast_share: float = 1.0  # on the fast tier: the share of its producers whose objects fit (the rest spill to the slow tier)
+    #: the sum of the stages' times, added up once (the selector sorts and compares by it)
+    seconds: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", sum([s.seconds for s in self.stages]))
 
     @property
     def workers(self) -> int:
         return self.plan.workers
-
-    @property
-    def seconds(self) -> float:
-        return sum(s.seconds for s in self.stages)
 
     @cached_property
     def range(self) -> tuple[float, float]:
@@ -95,26 +97,53 @@ def predict(
     concurrency: int | None = None,
     producers_done: bool = False,
     phases: dict[str, tuple[str, ...]] | None = None,
+    shared: dict[Any, StagePrediction] | None = None,
 ) -> Prediction:
     """Predict the stages of ``plan`` on ``data_bytes``: producers (M tasks: read input, cut into
     buckets, write level 1), levels 2..k (P tasks: regroup; a memory level: P / g tasks in place of
 two level stages), consumers (P tasks: read level k, run
     their operators, write). ``phases`` names the phase kinds of "map", "level" and "reduce"
     (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
-    stage is left out — no plan can change it.
+    stage is left out — no plan can change it. ``shared``: the stages predicted for other plans
+    with the same ``profile`` and ``concurrency``, by their facts (the selector's candidates have
+    many stages in common); new ones are added to it.
     """
     facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(profile, phases))
-    stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
+    if shared is None:
+        stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
+    else:
+        stages = tuple(_shared_stage(f, profile, concurrency, shared) for f in facts)
     requests = job_requests(plan)
     prediction = Prediction(plan, data_bytes, stages, requests)
-    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile, concurrency))
+    return Prediction(plan, data_bytes, stages, requests, cost(prediction, profile, concurrency, [f.tasks for f in facts]))
+
+
+def _shared_stage(facts: StageFacts, profile: StorageProfile, concurrency: int | None, shared: dict[Any, StagePrediction]) -> StagePrediction:
+    """:func:`predict_stage` of ``facts``, or the prediction ``shared`` holds for equal facts."""
+    key = (facts.name, facts.tasks, tuple(facts.phases.items()), facts.reads, facts.read_bytes, facts.writes, facts.write_bytes,
+           facts.exchange_reads, facts.exchange_read_bytes, tuple(facts.calls.items()))  # fmt: skip
+    stage = shared.get(key)
+    if stage is None:
+        stage = shared[key] = predict_stage(facts, profile, concurrency)
+    return stage
 
 
 def job_requests(plan: ExchangePlan) -> dict[str, int]:
     """Requests of a sort through ``plan``: the exchange's, plus one input GET per producer and one
     output PUT per consumer."""
+    return dict(_shape(plan)[2])
+
+
+@lru_cache(maxsize=4096)
+def _shape(plan: ExchangePlan) -> tuple[tuple[LevelStage, ...], tuple[tuple[int, int], ...], dict[str, int]]:
+    """What a prediction takes from ``plan`` whatever the data: its stages, each level's (PUTs,
+    GETs of either kind), and its job's requests. Remembered by the plan's value (plans are
+    immutable dataclasses, equal when their fields are): the selector predicts the same candidate
+    plans for every exchange of a run, and counting them took a good part of its time."""
+    counts = plan.counts()
     counted = plan.predicted_requests()
-    return {"PUT": counted["PUT"] + plan.workers, "GET": counted["GET"] + plan.producers, "GET_RANGE": counted["GET_RANGE"]}
+    requests = {"PUT": counted["PUT"] + plan.workers, "GET": counted["GET"] + plan.producers, "GET_RANGE": counted["GET_RANGE"]}
+    return tuple(plan.stages()), tuple((c.puts, c.gets + c.ranged_gets) for c in counts), requests
 
 
 def exchange_write_kind(phases: dict[str, tuple[str, ...]] | None = None) -> str | None:
@@ -142,11 +171,14 @@ def stage_facts(
     ``stored``: bytes the exchange's objects hold per byte of data (its codec's compression;
     :func:`stored_ratio`): what its writes and fetches move, while its phases process ``data_bytes``."""
     kinds = {**SORT_PHASES, **(phases or {})}
+    # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
+    reads_input = any(k.startswith("read:") for k in kinds["map"])
+    writes_output = any(k.startswith("write:output") for k in kinds["reduce"])
     p, m = plan.workers, plan.producers
     d = float(data_bytes)
-    counts = plan.counts(data_bytes)
+    stages, counts, _ = _shape(plan)  # (PUTs, GETs) per level: the requests do not depend on the data
     facts = []
-    for stage in plan.stages():
+    for stage in stages:
         if stage.reads is None and producers_done:
             continue
         first, last = stage.reads is None, stage.writes is None
@@ -154,10 +186,9 @@ def stage_facts(
         assert written is not None
         name = "map" if first else ("reduce" if last else f"level-{written + 1}")
         role = "map" if first else ("reduce" if last else "level")
-        fetched = 0 if first else counts[stage.reads].gets + counts[stage.reads].ranged_gets
-        # producers read their input only when a phase of theirs reads (an exchange in isolation does not)
-        reads = (m if any(k.startswith("read:") for k in kinds[role]) else 0) if first else fetched
-        writes = counts[stage.writes].puts if not last else (p if any(k.startswith("write:output") for k in kinds[role]) else 0)
+        fetched = 0 if first else counts[stage.reads][1]
+        reads = (m if reads_input else 0) if first else fetched
+        writes = counts[stage.writes][0] if not last else (p if writes_output else 0)
         write_bytes = (d * stored if not last else d) if writes else 0.0
         read_bytes = (d * stored if not first else d) if reads else 0.0
         facts.append(StageFacts(name, stage.tasks, {k: d for k in kinds[role]}, reads, read_bytes, writes, write_bytes, fetched, d * stored if fetched else 0.0))
@@ -171,14 +202,15 @@ def stage_tasks(prediction: Prediction) -> list[int]:
     return tasks[len(tasks) - len(prediction.stages) :]
 
 
-def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | None = None) -> float:
+def cost(prediction: Prediction, profile: StorageProfile, concurrency: int | None = None, tasks: list[int] | None = None) -> float:
     """SEER Eq. 4 with reads and writes priced apart, in USD: each stage bills its running
     functions (its tasks, at most ``concurrency`` at once) for that stage's time, and one
-    invocation per task; plus read and write requests and the intermediate data's storage."""
+    invocation per task; plus read and write requests and the intermediate data's storage.
+    ``tasks``: :func:`stage_tasks` of the prediction, when the caller knows them already."""
     prices = profile.prices
     gb = profile.function_memory / 2**30
     c = max(1, concurrency or profile.concurrency)
-    tasks = stage_tasks(prediction)
+    tasks = stage_tasks(prediction) if tasks is None else tasks
     gb_seconds = sum(s.function_seconds(min(t, c)) * gb for t, s in zip(tasks, prediction.stages))
     functions = prices.function_gb_second * gb_seconds + prices.invocation * sum(tasks)
     reads = prices.read_request * (prediction.requests.get("GET", 0) + prediction.requests.get("GET_RANGE", 0))

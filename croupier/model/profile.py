@@ -37,6 +37,8 @@ PROFILE_VERSION = 3
 DEFAULT_COMPUTE = 1.5e-9
 #: Relative standard error assumed for a coefficient no fit measured (published figures, defaults).
 DEFAULT_UNCERTAINTY = 0.25
+#: (size, workers) pairs a curve remembers q of (:meth:`Curve.q`); past that it forgets them all.
+Q_MEMO = 4096
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,19 @@ class Curve:
         return values[-1]
 
     def q(self, size: float, workers: float) -> float:
-        """Aggregate requests/s for objects of ``size`` bytes with ``workers`` at once."""
-        a = self._interp(self.per_worker, max(size, 1.0))
-        qmax = self._interp(self.ceiling, max(size, 1.0))
-        return max(1e-9, min(a * workers, qmax))
+        """Aggregate requests/s for objects of ``size`` bytes with ``workers`` at once, remembered
+        for the last (at most :data:`Q_MEMO`) pairs asked: a selector asks many candidates' stages
+        the same ones (every stage without data reads asks for size 0)."""
+        known = self.__dict__.setdefault("_q", {})
+        try:
+            return known[size, workers]
+        except KeyError:
+            if len(known) >= Q_MEMO:  # sizes follow the data: bound what a long run keeps
+                known.clear()
+            a = self._interp(self.per_worker, max(size, 1.0))
+            qmax = self._interp(self.ceiling, max(size, 1.0))
+            q = known[size, workers] = max(1e-9, min(a * workers, qmax))
+            return q
 
 
 @dataclass(frozen=True)
@@ -139,20 +150,33 @@ class StorageProfile:
         return self._key("compute", kind)
 
     def call_cost(self, kind: str) -> float:
-        """Seconds per call of phase ``kind`` (0 when the profile does not know its kind)."""
-        key = self._key("call_seconds", kind)
-        return self.call_seconds[key] if key is not None else 0.0
+        """Seconds per call of phase ``kind`` (0 when the profile does not know its kind),
+        remembered per profile (see :meth:`memo`)."""
+        known = self.memo("call_cost")
+        try:
+            return known[kind]
+        except KeyError:
+            key = self._key("call_seconds", kind)
+            cost = known[kind] = self.call_seconds[key] if key is not None else 0.0
+            return cost
 
     def stored_ratio(self, kind: str, default: float = 1.0) -> float:
         """Bytes an exchange write of ``kind`` stores per byte of data (``default`` when not measured)."""
         key = self._key("stored", kind)
         return self.stored[key] if key is not None else default
 
+    def memo(self, name: str) -> dict[Any, Any]:
+        """A dict kept with this profile under ``name``, for values derived from the profile alone
+        (the selector predicts dozens of candidates per exchange, each asking the same per-kind
+        costs and coefficient errors). Safe because a profile's tables are never changed in place:
+        :func:`dataclasses.replace` makes a new profile, which starts with no memo."""
+        return self.__dict__.setdefault(f"_memo:{name}", {})
+
     def _key(self, table: str, kind: str) -> str | None:
         """:func:`lookup_key` in the table named ``table``, remembered per profile: a refit predicts
         every stage it learns from, thousands of lookups that each scanned the table (a profile's
         tables are never changed in place; :func:`dataclasses.replace` makes a new profile)."""
-        known = self.__dict__.setdefault("_keys", {})
+        known = self.memo("keys")
         try:
             return known[table, kind]
         except KeyError:
@@ -162,9 +186,14 @@ class StorageProfile:
     def compute_cost(self, kind: str) -> float:
         """Seconds per byte on one core of phase ``kind``: the longest key of ``compute`` that
         prefixes it (``write:exchange-records`` covers ``write:exchange-records-raw-recordsrange``),
-        else :data:`DEFAULT_COMPUTE`."""
-        key = self.compute_key(kind)
-        return self.compute[key] if key is not None else DEFAULT_COMPUTE
+        else :data:`DEFAULT_COMPUTE`; remembered per profile (see :meth:`memo`)."""
+        known = self.memo("compute_cost")
+        try:
+            return known[kind]
+        except KeyError:
+            key = self.compute_key(kind)
+            cost = known[kind] = self.compute[key] if key is not None else DEFAULT_COMPUTE
+            return cost
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

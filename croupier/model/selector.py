@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from croupier.errors import ConfigError
 from croupier.exchange.levels import LevelsPlan
@@ -23,6 +24,7 @@ from croupier.exchange.plan import ExchangePlan, all_plans
 from croupier.exchange.topology import Topology
 from croupier.model.perf import Prediction, predict
 from croupier.model.profile import StorageProfile
+from croupier.model.stage import StagePrediction
 from croupier.model.tier import TierOptions, tier_candidates
 from croupier.units import format_bytes
 
@@ -173,7 +175,8 @@ def choose(
         late = " (late binding: the producers wrote before P was known, so only write-combined plans, P <= B)" if buckets is not None else ""
         memory = "and k-level (k >= 3) with +mem, whose group of workers must fit one function's memory" if memory_levels else "(memory levels are left out here)"
         raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc, {memory}")
-    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
+    shared: dict[Any, StagePrediction] = {}  # the candidates' stages in common, predicted once
+    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases, shared) for plan in plans]
     if tiers is not None:
         if "slow" not in tiers.allowed:
             candidates = []

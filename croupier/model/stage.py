@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping
 
 from croupier.exchange.move import FETCH_THREADS
 from croupier.model.profile import StorageProfile
@@ -53,15 +54,42 @@ Z90 = 1.645
 EXTRAPOLATION_ERROR = 0.3
 
 
+class _Why:
+    """The ``why`` field of :class:`Term`: its text, given as a string or as a callable that
+    returns it (formatted on first read, then kept). A selector predicts every term of dozens of
+    candidates per exchange and reads the text of one dominant term: formatting all of them took
+    a good part of its time. Reading the field always gives the string, so equality, ``repr``,
+    :func:`dataclasses.replace` and :func:`dataclasses.asdict` see the text."""
+
+    def __get__(self, term: Term | None, owner: type | None = None) -> str:
+        if term is None:
+            return ""  # the field's default, as a dataclass asks the class
+        why = term.__dict__["_why"]
+        if not isinstance(why, str):
+            why = term.__dict__["_why"] = why()
+        return why
+
+    def __set__(self, term: Term, why: str | Callable[[], str]) -> None:
+        term.__dict__["_why"] = why  # only through object.__setattr__: the frozen dataclass refuses sets
+
+
 @dataclass(frozen=True)
 class Term:
     """One named contribution to a stage's time; ``sources`` splits it by the coefficient that
-    scales each part (for the prediction's range)."""
+    scales each part (for the prediction's range). ``why`` may be given as a callable returning
+    the text (a :func:`functools.partial` of a module-level function, so a term still pickles):
+    it is formatted only when read."""
 
     name: str
     seconds: float
-    why: str = ""
+    why: str = _Why()  # type: ignore[assignment]
     sources: tuple[tuple[str, float], ...] = ()
+
+    def __init__(self, name: str, seconds: float, why: str | Callable[[], str] = "", sources: tuple[tuple[str, float], ...] = ()) -> None:
+        # the fields set straight (the dataclass's own __init__ sets each through
+        # object.__setattr__, twice as slow: a selection makes thousands of terms)
+        d = self.__dict__
+        d["name"], d["seconds"], d["_why"], d["sources"] = name, seconds, why, sources
 
 
 @dataclass(frozen=True)
@@ -73,10 +101,11 @@ class StagePrediction:
     terms: tuple[Term, ...]
     spread: Mapping[str, float] = field(default_factory=dict)
     noise: float = 0.0
+    #: the sum of the terms, added up once (a selector reads it many times per candidate)
+    seconds: float = field(init=False, repr=False, compare=False)
 
-    @property
-    def seconds(self) -> float:
-        return sum(t.seconds for t in self.terms)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", sum([t.seconds for t in self.terms]))
 
     def dominant(self) -> Term:
         return max(self.terms, key=lambda t: t.seconds)
@@ -137,20 +166,38 @@ class StageFacts:
 def io_term(kind: str, data: float, requests: int, profile: StorageProfile, c: int, streams: float = 1.0) -> Term:
     """max(bandwidth term, throughput term) for requests of one direction, ``streams`` in flight per
     function, before the profile's read/write multiplier."""
+    return Term(*_io(kind, data, requests, profile, c, streams))
+
+
+#: A term not made yet: (name, seconds, why, sources), as :class:`Term` takes them. The storage
+#: terms of a stage are combined (:func:`_add`) and scaled (:func:`_scaled`) before they are terms.
+_Raw = tuple[str, float, "str | Callable[[], str]", tuple[tuple[str, float], ...]]
+
+
+def _io(kind: str, data: float, requests: int, profile: StorageProfile, c: int, streams: float = 1.0) -> _Raw:
+    """:func:`io_term`, not yet a term."""
     curve, bw = (profile.read, profile.read_bandwidth) if kind == "read" else (profile.write, profile.write_bandwidth)
     size = data / requests if requests else 0.0
     flight = c * max(1.0, streams)
     bandwidth = data / (bw * (c if profile.network_per_function else flight)) if data else 0.0
     q = curve.q(size, flight)
     throughput = requests / q if requests else 0.0
-    sources = ((f"{kind}_scale", max(bandwidth, throughput)),)
+    sources: tuple[tuple[str, float], ...] = ((f"{kind}_scale", max(bandwidth, throughput)),)
     if _extrapolated(curve.sizes, size, flight, profile.max_streams):
         sources += ((f"extrapolation:{kind}", max(bandwidth, throughput)),)
     if throughput >= bandwidth:
-        rate = f"{q:,.0f}" if q >= 10 else f"{q:.3g}"  # never "0 req/s" for a slow store
-        return Term(f"{kind} throughput", throughput, f"{requests:,.0f} {kind}s of {size / 1e6:.3g} MB at {rate} req/s with {flight:g} in flight", sources)
-    per = f"per function x {c:g}" if profile.network_per_function else f"per stream x {flight:g}"
-    return Term(f"{kind} bandwidth", bandwidth, f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s {per}", sources)
+        return f"{kind} throughput", throughput, partial(_throughput_why, kind, requests, size, q, flight), sources
+    return f"{kind} bandwidth", bandwidth, partial(_bandwidth_why, data, bw, c, flight, profile.network_per_function), sources
+
+
+def _throughput_why(kind: str, requests: int, size: float, q: float, flight: float) -> str:
+    rate = f"{q:,.0f}" if q >= 10 else f"{q:.3g}"  # never "0 req/s" for a slow store
+    return f"{requests:,.0f} {kind}s of {size / 1e6:.3g} MB at {rate} req/s with {flight:g} in flight"
+
+
+def _bandwidth_why(data: float, bw: float, c: int, flight: float, network_per_function: bool) -> str:
+    per = f"per function x {c:g}" if network_per_function else f"per stream x {flight:g}"
+    return f"{data / 1e6:,.0f} MB at {bw / 1e6:.0f} MB/s {per}"
 
 
 def _extrapolated(sizes: tuple[float, ...], size: float, flight: float, max_streams: int) -> bool:
@@ -159,22 +206,23 @@ def _extrapolated(sizes: tuple[float, ...], size: float, flight: float, max_stre
     return size < sizes[0] / 2 or size > sizes[-1] * 2 or (max_streams > 0 and flight > 2 * max_streams)
 
 
-def _scaled(term: Term, scale: float, pack: float) -> Term:
+def _scaled(term: _Raw, scale: float, pack: float) -> Term:
+    name, seconds, why, sources = term
     factor = scale * pack
-    return Term(term.name, term.seconds * factor, term.why, tuple((k, v * factor) for k, v in term.sources))
+    return Term(name, seconds * factor, why, tuple([(k, v * factor) for k, v in sources]))
 
 
-def _add(a: Term, b: Term) -> Term:
+def _add(a: _Raw, b: _Raw) -> _Raw:
     """Two storage terms of one direction run one after the other (data reads, then fetches)."""
-    if not b.seconds:
+    if not b[1]:
         return a
-    if not a.seconds:
+    if not a[1]:
         return b
     sources: dict[str, float] = {}
-    for k, v in a.sources + b.sources:
+    for k, v in a[3] + b[3]:
         sources[k] = sources.get(k, 0.0) + v
-    main = a if a.seconds >= b.seconds else b
-    return Term(main.name, a.seconds + b.seconds, main.why, tuple(sources.items()))
+    main = a if a[1] >= b[1] else b
+    return main[0], a[1] + b[1], main[2], tuple(sources.items())
 
 
 def phase_calls(facts: StageFacts, kind: str) -> float:
@@ -191,9 +239,29 @@ def kind_seconds(facts: StageFacts, profile: StorageProfile) -> tuple[dict[str, 
     """Core-seconds of the stage's phase kinds, all tasks together: per byte (c_k * bytes_k, kinds
     that move bytes) and per call (d_k * :func:`phase_calls`). The compute term divides their sum
     over the functions; the simulator (:mod:`croupier.sim.engine`) over the tasks, as one task's."""
-    per_byte = {k: profile.compute_cost(k) * b for k, b in facts.phases.items() if b}
-    per_call = {k: profile.call_cost(k) * phase_calls(facts, k) for k in facts.phases}
+    per_byte: dict[str, float] = {}
+    per_call: dict[str, float] = {}
+    known = profile.memo("kind_costs")  # kind -> (c_k, d_k)
+    for k, b in facts.phases.items():
+        costs = known.get(k)
+        if costs is None:
+            costs = known[k] = (profile.compute_cost(k), profile.call_cost(k))
+        if b:
+            per_byte[k] = costs[0] * b
+        per_call[k] = costs[1] * phase_calls(facts, k)
     return per_byte, per_call
+
+
+def _coefficient_names(kind: str) -> tuple[str, str]:
+    """The coefficients of phase ``kind`` in a term's sources: per byte, per call."""
+    names = _NAMES.get(kind)
+    if names is None:
+        names = _NAMES[kind] = (f"compute:{kind}", f"call:{kind}")
+    return names
+
+
+#: :func:`_coefficient_names` of the kinds seen (a few dozen in a process: the profile's kinds).
+_NAMES: dict[str, tuple[str, str]] = {}
 
 
 def first_touch_seconds(facts: StageFacts, profile: StorageProfile) -> float:
@@ -211,34 +279,55 @@ def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int |
     waves = math.ceil(tasks / c)
     pack = waves * c / tasks
     t0, t1 = profile.startup_seconds, profile.wave_seconds * waves
-    startup = Term("start-up", t0 + t1, f"{waves} wave(s) of {c} functions", (("t0", t0), ("t1", t1)))
+    # the texts (why) are formatted only when read: see _Why
+    startup = Term("start-up", t0 + t1, partial(_startup_why, waves, c), (("t0", t0), ("t1", t1)))
     per_byte, per_call = kind_seconds(facts, profile)
     per_kind = {k: per_byte.get(k, 0.0) + per_call[k] for k in facts.phases}
-    heaviest = max(per_kind, key=lambda k: per_kind[k]) if per_kind else "nothing"
     compute = Term(
         "compute",
         pack * sum(per_kind.values()) / c,
-        f"{sum(facts.phases.values()) / 1e6:,.0f} MB through {len(per_kind)} phase kind(s) on {c} cores, most in {heaviest}",
-        tuple((f"compute:{k}", pack * v / c) for k, v in per_byte.items()) + tuple((f"call:{k}", pack * v / c) for k, v in per_call.items() if v),
+        partial(_compute_why, facts.phases, per_kind, c),
+        tuple([(_coefficient_names(k)[0], pack * v / c) for k, v in per_byte.items()] + [(_coefficient_names(k)[1], pack * v / c) for k, v in per_call.items() if v]),
     )
-    largest = max(facts.phases.values(), default=0.0)
     f = first_touch_seconds(facts, profile)
-    touch = Term("first-touch memory", f, f"{largest / tasks / 1e6:,.1f} MB of fresh memory per function", (("first_touch", f),))
+    touch = Term("first-touch memory", f, partial(_touch_why, facts.phases, tasks), (("first_touch", f),))
     fetched = facts.exchange_reads
-    data_reads = io_term("read", facts.read_bytes - facts.exchange_read_bytes, facts.reads - fetched, profile, c)
+    data_reads = _io("read", facts.read_bytes - facts.exchange_read_bytes, facts.reads - fetched, profile, c)
     streams = min(FETCH_THREADS, fetched / tasks) if fetched else 1.0
-    fetches = io_term("read", facts.exchange_read_bytes, fetched, profile, c, streams)
+    fetches = _io("read", facts.exchange_read_bytes, fetched, profile, c, streams)
     read = _scaled(_add(data_reads, fetches), profile.read_scale, pack)
-    write = _scaled(io_term("write", facts.write_bytes, facts.writes, profile, c), profile.write_scale, pack)
+    write = _scaled(_io("write", facts.write_bytes, facts.writes, profile, c), profile.write_scale, pack)
     late = profile.imbalance * (compute.seconds + read.seconds + write.seconds) / waves
-    imbalance = Term("imbalance", late, f"unequal tasks: the last ends {100 * profile.imbalance:.0f}% of a task's work later", (("imbalance", late),))
+    imbalance = Term("imbalance", late, partial(_imbalance_why, profile.imbalance), (("imbalance", late),))
     terms = (startup, touch, compute, read, write, imbalance)
     spread: dict[str, float] = {}
+    errors = profile.memo("errors")  # coefficient -> its relative error (_error)
     for term in terms:
         for coefficient, seconds in term.sources:
-            spread[coefficient] = spread.get(coefficient, 0.0) + seconds * _error(profile, coefficient)
-    total = sum(t.seconds for t in terms)
+            error = errors.get(coefficient)
+            if error is None:
+                error = errors[coefficient] = _error(profile, coefficient)
+            spread[coefficient] = spread.get(coefficient, 0.0) + seconds * error
+    total = sum([t.seconds for t in terms])
     return StagePrediction(facts.name, terms, spread, profile.residual * total)
+
+
+def _startup_why(waves: int, c: int) -> str:
+    return f"{waves} wave(s) of {c} functions"
+
+
+def _compute_why(phases: Mapping[str, float], per_kind: dict[str, float], c: int) -> str:
+    heaviest = max(per_kind, key=lambda k: per_kind[k]) if per_kind else "nothing"
+    return f"{sum(phases.values()) / 1e6:,.0f} MB through {len(per_kind)} phase kind(s) on {c} cores, most in {heaviest}"
+
+
+def _touch_why(phases: Mapping[str, float], tasks: int) -> str:
+    largest = max(phases.values(), default=0.0)
+    return f"{largest / tasks / 1e6:,.1f} MB of fresh memory per function"
+
+
+def _imbalance_why(imbalance: float) -> str:
+    return f"unequal tasks: the last ends {100 * imbalance:.0f}% of a task's work later"
 
 
 def _error(profile: StorageProfile, coefficient: str) -> float:
