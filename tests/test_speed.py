@@ -12,6 +12,7 @@ import pytest
 
 import croupier
 from croupier.config import Config
+from tests.conftest import BUCKET
 from croupier.dag.profiles import Learner
 from croupier.model.cache import Entry, ProfileCache
 from croupier.model.fit import observations_from_report
@@ -216,15 +217,19 @@ def test_a_table_scanned_twice_in_a_run_is_listed_once_and_its_footers_read_once
     assert footers[3:] == ["p1.parquet"], "only the replaced file's footer read again"
 
 
-def test_a_run_lists_all_its_tables_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A query over three tables lists them side by side when its run starts (one round trip of
-    listing on object storage, not one per table), and answers as before; a table that cannot be
-    listed still fails with its own error."""
+@pytest.mark.s3
+def test_a_run_lists_all_its_tables_on_object_storage_at_once(s3_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query over three tables on S3 lists them side by side when its run starts (one round
+    trip of listing, not one per table), and answers as before; a table that cannot be listed
+    still fails with its own error."""
+    import io
     import threading
     import time
+    import uuid
 
     from croupier.dag import splits
     from croupier.errors import InputError
+    from croupier.storage import open_store
 
     running, most, lock = [0], [0], threading.Lock()
     resolve = splits.resolve
@@ -239,19 +244,25 @@ def test_a_run_lists_all_its_tables_at_once(tmp_path: Path, monkeypatch: pytest.
         return resolve(url, open_store)
 
     monkeypatch.setattr(splits, "resolve", slow_resolve)
-    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    root = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
+    config = s3_config.with_(progress=False, tmp_url=f"{root}/tmp")
+    store = open_store(root, config)
     frames = {}
     for name in ("a", "b", "c"):
-        (tmp_path / name).mkdir()
         df = pl.DataFrame({"k": list(range(20)), name: [f"{name}{i}" for i in range(20)]})
-        df.write_parquet(tmp_path / name / "p0.parquet")
+        buf = io.BytesIO()
+        df.write_parquet(buf)
+        store.put(f"{name}/p0.parquet", buf.getvalue())
         frames[name] = df
-    scan = {n: croupier.scan_parquet(str(tmp_path / n / "*.parquet"), config=config) for n in frames}
-    query = scan["a"].join(scan["b"], on="k").join(scan["c"], on="k").sort("k")
-    expected = frames["a"].join(frames["b"], on="k").join(frames["c"], on="k").sort("k")
-    most[0] = 0
-    assert query.collect().equals(expected)
-    assert most[0] == 3, "the three tables were listed at the same time"
-    (tmp_path / "c" / "p0.parquet").unlink()
-    with pytest.raises(InputError, match="no input objects match"):
-        query.collect()
+    try:
+        scan = {n: croupier.scan_parquet(f"{root}/{n}/*.parquet", config=config) for n in frames}
+        query = scan["a"].join(scan["b"], on="k").join(scan["c"], on="k").sort("k")
+        expected = frames["a"].join(frames["b"], on="k").join(frames["c"], on="k").sort("k")
+        most[0] = 0
+        assert query.collect().equals(expected)
+        assert most[0] == 3, "the three tables were listed at the same time"
+        store.delete(["c/p0.parquet"])
+        with pytest.raises(InputError, match="no input objects match"):
+            query.collect()
+    finally:
+        store.delete_prefix()

@@ -41,6 +41,9 @@ from croupier.units import format_bytes
 #: caught by a strict cast, a missing column) are others: the same rows fail again, and a query
 #: ran its failing stage three times before it said so. Storage and memory failures reach a task
 #: as Croupier's own errors or as a dead worker, never as these.
+#: Longest a worker process may take to start (imports) beyond a task's own time limit.
+STARTUP_SECONDS = 60.0
+
 DETERMINISTIC_ERRORS = frozenset(
     {"InputError", "ValidationError", "ConfigError", "OutputExistsError", "StoreFullError"}
     | {"InvalidOperationError", "ComputeError", "SchemaError", "ColumnNotFoundError", "SchemaFieldNotFoundError", "StructFieldNotFoundError", "DuplicateError", "ShapeError", "OutOfBoundsError"}
@@ -60,6 +63,9 @@ class _Worker:
     backup: bool = False
     kill_at: float | None = None
     config: Config | None = None  # the config this worker last received (sent again only on change)
+    #: whether the process has said it is ready (imports done); until then a task sent to it
+    #: waits, and its time limit starts when the process is ready
+    ready: bool = False
 
 
 @dataclass
@@ -271,7 +277,7 @@ class LocalExecutor(Executor):
         """Wait for replies, deaths, time-outs or chaos kills (at most ``poll`` seconds); return
         (worker, reply or None if it died), possibly nothing."""
         busy = [w for w in self._workers if w.task is not None]
-        deadline = min(w.started for w in busy) + self.config.task_timeout
+        deadline = min(w.started + self._limit(w) for w in busy)
         kills = [w.kill_at for w in busy if w.kill_at is not None]
         wake = min([deadline, *kills, *([time.time() + poll] if poll is not None else [])])
         handles = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
@@ -282,6 +288,16 @@ class LocalExecutor(Executor):
             worker = handles[handle]
             if worker.wid in seen:
                 continue
+            if not worker.ready:  # its first message is "ready", unless it died starting
+                message = self._receive(worker)
+                if message is not None and message[0] == "ready":
+                    worker.ready, worker.started = True, time.time()
+                    if worker.process.is_alive():
+                        continue
+                    message = None  # it said so, then died
+                seen.add(worker.wid)
+                out.append((worker, message))
+                continue
             seen.add(worker.wid)
             if worker.kill_at is not None:  # doomed, and done first: it dies just before it reports
                 out.append((worker, self._chaos_kill(worker)))
@@ -291,7 +307,7 @@ class LocalExecutor(Executor):
         for worker in busy:
             if worker.wid in seen:
                 continue
-            if now - worker.started > self.config.task_timeout:
+            if now - worker.started > self._limit(worker):
                 worker.process.kill()
                 worker.process.join()
                 out.append((worker, ("timeout",)))
@@ -307,6 +323,13 @@ class LocalExecutor(Executor):
         worker.process.kill()
         worker.process.join()
         return None
+
+    def _limit(self, worker: _Worker) -> float:
+        """Seconds a worker's task may run: ``task_timeout`` from when the worker was ready; a
+        process still starting (a fresh one imports Polars: most of a second on a busy machine)
+        has :data:`STARTUP_SECONDS` more, so a slow start is never the task's time out, and a
+        start that hangs still ends."""
+        return self.config.task_timeout + (0.0 if worker.ready else STARTUP_SECONDS)
 
     @staticmethod
     def _receive(worker: _Worker) -> tuple[Any, ...] | None:

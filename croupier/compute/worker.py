@@ -200,6 +200,10 @@ def worker_main(conn: Connection, worker_id: int, memory_budget: int, threads: i
     baseline = _current_rss()
     watch = _MemoryWatch(memory_budget)
     watch.start()
+    try:  # started: a task's time limit counts from here, not from the process start
+        conn.send(("ready",))
+    except ConnectionError:  # the driver is gone: exit quietly (issue 12, promise 6)
+        return
     backends: dict[str, Backend] = {}
     upcoming: PrefetchCache | None = None
     last_config: Any = None
