@@ -34,6 +34,9 @@ from croupier.config import Config
 from croupier.errors import TaskError
 from croupier.units import format_bytes
 
+#: Longest a worker process may take to start (imports) beyond a task's own time limit.
+STARTUP_SECONDS = 60.0
+
 #: Exception types raised by tasks that would fail the same way again; never retried. A full fast
 #: tier is one: a writer that may spill has already spilled (croupier.dag.task.write), and one that
 #: may not (a pipelined hybrid round, eager consumers) is run again by its stage on the slow tier.
@@ -41,9 +44,6 @@ from croupier.units import format_bytes
 #: caught by a strict cast, a missing column) are others: the same rows fail again, and a query
 #: ran its failing stage three times before it said so. Storage and memory failures reach a task
 #: as Croupier's own errors or as a dead worker, never as these.
-#: Longest a worker process may take to start (imports) beyond a task's own time limit.
-STARTUP_SECONDS = 60.0
-
 DETERMINISTIC_ERRORS = frozenset(
     {"InputError", "ValidationError", "ConfigError", "OutputExistsError", "StoreFullError"}
     | {"InvalidOperationError", "ComputeError", "SchemaError", "ColumnNotFoundError", "SchemaFieldNotFoundError", "StructFieldNotFoundError", "DuplicateError", "ShapeError", "OutOfBoundsError"}
