@@ -284,3 +284,17 @@ def test_a_term_formats_its_why_when_read_and_behaves_as_its_text() -> None:
     prediction = predict(ExchangePlan.direct(4), 10**8, BASE, 2)
     again = pickle.loads(pickle.dumps(prediction))  # a prediction's terms still pickle (their texts unread)
     assert again.explain() == prediction.explain() and again.stages == prediction.stages and again.seconds == prediction.seconds
+
+
+def test_stage_facts_that_differ_in_any_field_have_different_keys() -> None:
+    """The selector predicts a stage its candidates share once, by :meth:`StageFacts.key`: facts
+    that differ in any field must not share a prediction."""
+    from dataclasses import fields
+
+    base = StageFacts("reduce", 4, {"sort": 1e6}, 8, 1e6, 4, 1e6, 8, 1e6, {"sort": 4.0})
+    changed = {"name": "map", "tasks": 5, "phases": {"sort": 2e6}, "reads": 9, "read_bytes": 2e6, "writes": 5, "write_bytes": 2e6,
+               "exchange_reads": 9, "exchange_read_bytes": 2e6, "calls": {"sort": 5.0}}  # fmt: skip
+    assert set(changed) == {f.name for f in fields(StageFacts)}, "a new field: give it a changed value here and a place in key()"
+    assert base.key() == replace(base).key()
+    for name, value in changed.items():
+        assert replace(base, **{name: value}).key() != base.key(), name

@@ -120,8 +120,7 @@ two level stages), consumers (P tasks: read level k, run
 
 def _shared_stage(facts: StageFacts, profile: StorageProfile, concurrency: int | None, shared: dict[Any, StagePrediction]) -> StagePrediction:
     """:func:`predict_stage` of ``facts``, or the prediction ``shared`` holds for equal facts."""
-    key = (facts.name, facts.tasks, tuple(facts.phases.items()), facts.reads, facts.read_bytes, facts.writes, facts.write_bytes,
-           facts.exchange_reads, facts.exchange_read_bytes, tuple(facts.calls.items()))  # fmt: skip
+    key = facts.key()
     stage = shared.get(key)
     if stage is None:
         stage = shared[key] = predict_stage(facts, profile, concurrency)

@@ -162,6 +162,12 @@ class StageFacts:
     exchange_read_bytes: float = 0.0
     calls: Mapping[str, float] = field(default_factory=dict)  # kind -> calls over the tasks (default: tasks)
 
+    def key(self) -> tuple[Any, ...]:
+        """Every field, hashable: equal facts have equal keys (a selector predicts the stages its
+        candidates share once, by this key). A new field goes here too."""
+        return (self.name, self.tasks, tuple(self.phases.items()), self.reads, self.read_bytes, self.writes, self.write_bytes,
+                self.exchange_reads, self.exchange_read_bytes, tuple(self.calls.items()))  # fmt: skip
+
 
 def io_term(kind: str, data: float, requests: int, profile: StorageProfile, c: int, streams: float = 1.0) -> Term:
     """max(bandwidth term, throughput term) for requests of one direction, ``streams`` in flight per
@@ -239,29 +245,9 @@ def kind_seconds(facts: StageFacts, profile: StorageProfile) -> tuple[dict[str, 
     """Core-seconds of the stage's phase kinds, all tasks together: per byte (c_k * bytes_k, kinds
     that move bytes) and per call (d_k * :func:`phase_calls`). The compute term divides their sum
     over the functions; the simulator (:mod:`croupier.sim.engine`) over the tasks, as one task's."""
-    per_byte: dict[str, float] = {}
-    per_call: dict[str, float] = {}
-    known = profile.memo("kind_costs")  # kind -> (c_k, d_k)
-    for k, b in facts.phases.items():
-        costs = known.get(k)
-        if costs is None:
-            costs = known[k] = (profile.compute_cost(k), profile.call_cost(k))
-        if b:
-            per_byte[k] = costs[0] * b
-        per_call[k] = costs[1] * phase_calls(facts, k)
+    per_byte = {k: profile.compute_cost(k) * b for k, b in facts.phases.items() if b}
+    per_call = {k: profile.call_cost(k) * phase_calls(facts, k) for k in facts.phases}
     return per_byte, per_call
-
-
-def _coefficient_names(kind: str) -> tuple[str, str]:
-    """The coefficients of phase ``kind`` in a term's sources: per byte, per call."""
-    names = _NAMES.get(kind)
-    if names is None:
-        names = _NAMES[kind] = (f"compute:{kind}", f"call:{kind}")
-    return names
-
-
-#: :func:`_coefficient_names` of the kinds seen (a few dozen in a process: the profile's kinds).
-_NAMES: dict[str, tuple[str, str]] = {}
 
 
 def first_touch_seconds(facts: StageFacts, profile: StorageProfile) -> float:
@@ -287,7 +273,7 @@ def predict_stage(facts: StageFacts, profile: StorageProfile, concurrency: int |
         "compute",
         pack * sum(per_kind.values()) / c,
         partial(_compute_why, facts.phases, per_kind, c),
-        tuple([(_coefficient_names(k)[0], pack * v / c) for k, v in per_byte.items()] + [(_coefficient_names(k)[1], pack * v / c) for k, v in per_call.items() if v]),
+        tuple([(f"compute:{k}", pack * v / c) for k, v in per_byte.items()] + [(f"call:{k}", pack * v / c) for k, v in per_call.items() if v]),
     )
     f = first_touch_seconds(facts, profile)
     touch = Term("first-touch memory", f, partial(_touch_why, facts.phases, tasks), (("first_touch", f),))
