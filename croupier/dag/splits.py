@@ -2,8 +2,9 @@
 
 Listings and Parquet footers are read once per run however many scans read a table (a table read
 with two projections, or by a subquery and its outer query, is listed once); the footers of a
-listing are read concurrently, and :meth:`ScanPlanner.prefetch` lists all of a run's tables at
-once when it starts, so a query of eight tables pays one round trip of listing, not eight."""
+listing are read concurrently, and on object storage :meth:`ScanPlanner.prefetch` lists all of
+a run's tables at once when it starts, so a query of eight tables pays one round trip of
+listing, not eight."""
 
 from __future__ import annotations
 
@@ -59,9 +60,7 @@ class ScanPlanner:
         pool.shutdown(wait=False)
 
     def _warm(self, url: str, parquet: bool) -> None:
-        listed = resolve(url, self.run.store)
-        with self._lock:
-            self._listings.setdefault(url, listed)
+        listed = self._listed(url)
         if parquet:
             self.footers(*listed)
 
@@ -125,13 +124,18 @@ class ScanPlanner:
                 pending.result()  # a failure is met again just below, where its error belongs
             except Exception:  # noqa: BLE001
                 pass
+        base, objects = self._listed(url)
+        return base, list(objects)
+
+    def _listed(self, url: str) -> tuple[str, list[ObjectInfo]]:
+        """The listing of ``url`` this run keeps (made now when it has none)."""
         with self._lock:
             cached = self._listings.get(url)
         if cached is None:
             cached = resolve(url, self.run.store)
             with self._lock:
                 cached = self._listings.setdefault(url, cached)
-        return cached[0], list(cached[1])
+        return cached
 
     def footers(self, base: str, objects: list[ObjectInfo]) -> dict[str, pq.FileMetaData]:
         """The Parquet footers of ``objects`` under ``base`` by key: read once per run, the

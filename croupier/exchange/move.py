@@ -83,14 +83,15 @@ def write_level(store: Store, plan: Plan, level: int, sender: int, chunks: Seque
             return tuple(bounds), bounds[-1]
         (receiver,) = obj.receivers
         buffers, size = segments.encode_sized(routed.get(plan.route(level, receiver), ()))
-        store.put(prefix + obj.key, buffers)
+        store.put(prefix + obj.key, _gathered(buffers, size))
         written += size
     return None, written
 
 
 def _gathered(buffers: list[Buffer], size: int) -> list[Buffer]:
     """The buffers of one object as one, when small: a write-combined object of 128 buckets is
-    256 small buffers (a header and rows each), and a store takes them one by one (a local file
+    256 small buffers (a header and rows each), a level's object one per chunk it regroups, and
+    a store takes them one by one (a local file
     wrote 256 parts in twice the time of one; S3 joins them anyway). Large ones stay apart, so
     that a local write copies nothing."""
     if len(buffers) <= 2 or size > GATHER_BYTES:
