@@ -325,6 +325,35 @@ def test_a_local_file_replaced_by_one_of_another_size_fails_naming_it(tmp_path: 
         read_split(store, spec, splits[0], pl.Schema({"k": schema["k"]}))
 
 
+def test_a_task_parses_an_unchanged_files_footer_once_and_a_replaced_ones_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read in place, a split's footer is remembered by the opened file's version (modification
+    time, inode, size): reading the file's splits again parses none, and a file replaced by one
+    of the same size (other rows) is parsed again and read as it now is."""
+    from croupier.dag import scan
+
+    monkeypatch.setattr(scan, "_FOOTERS", type(scan._FOOTERS)())
+    parsed: list[str] = []
+    read_metadata = scan.pq.read_metadata
+    monkeypatch.setattr(scan.pq, "read_metadata", lambda source, *a, **k: parsed.append(str(source)) or read_metadata(source, *a, **k))
+    path = tmp_path / "t.parquet"
+    plain = {"row_group_size": 1000, "compression": "none", "use_dictionary": False, "write_statistics": False}  # sizes that do not depend on the values
+    pq.write_table(pa.table({"k": pa.array(range(4000), pa.int64())}), path, **plain)
+    spec = ScanSpec(str(path), "parquet", ("k",))
+    store, splits, schema = _splits(path, spec, Config(), parts=2)
+    assert len(splits) > 1
+    scan._FOOTERS.clear()  # as in a worker: the driver's footers stay in the driver
+    first = len(parsed)
+    assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(4000))
+    assert len(parsed) == first + 1, "one parse for all the file's splits"
+    assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(4000))
+    assert len(parsed) == first + 1, "none when read again"
+    size = path.stat().st_size
+    pq.write_table(pa.table({"k": pa.array(range(10_000, 14_000), pa.int64())}), path, **plain)
+    assert path.stat().st_size == size, "the case this test is about: the same size"
+    assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(10_000, 14_000))
+    assert len(parsed) == first + 2, "the replaced file's footer parsed again"
+
+
 def test_operators_that_gather_rows_get_one_chunk_per_column_whatever_the_first_column() -> None:
     """Scans hand on a chunk per row group; joins, sorts, windows and exchange buckets make every
     column contiguous first, also when the first column is whole (a literal added after the scan)."""

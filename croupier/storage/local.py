@@ -76,8 +76,8 @@ class LocalBackend(Backend):
                 current = os.stat(path)
             except FileNotFoundError:
                 current = None
-            if current is None or current.st_ino != held.st_ino or _version(held) != version:
-                now = "gone" if current is None else f"at version {_version(current)}"
+            if current is None or current.st_ino != held.st_ino or file_version(held) != version:
+                now = "gone" if current is None else f"at version {file_version(current)}"
                 raise VersionMismatch(f"{self.url}/{key}: expected version {version}, but the object is {now}")
             return self._write(key, parts, _replace)
 
@@ -93,7 +93,7 @@ class LocalBackend(Backend):
                 with open(tmp, "wb") as f:
                     f.writelines(parts)
                     f.flush()
-                    version = _version(os.fstat(f.fileno()))
+                    version = file_version(os.fstat(f.fileno()))
                 return place(tmp, path) or version
             except FileNotFoundError as exc:  # the folder vanished between mkdir and the write
                 tmp.unlink(missing_ok=True)
@@ -153,7 +153,7 @@ class LocalBackend(Backend):
             raise _translate(exc, self.url, key) from exc
         if not path.is_file():
             raise ObjectNotFound(f"{self.url}/{key}")
-        return ObjectInfo(key, st.st_size, _version(st))
+        return ObjectInfo(key, st.st_size, file_version(st))
 
     def list_pages(self, prefix: str) -> list[list[ObjectInfo]]:
         base_dir = self._root / prefix.rpartition("/")[0] if "/" in prefix else self._root
@@ -167,7 +167,7 @@ class LocalBackend(Backend):
                     key = os.path.relpath(full, self._root).replace(os.sep, "/")
                     if key.startswith(prefix):
                         try:
-                            found.append(ObjectInfo(key, (st := os.stat(full)).st_size, _version(st)))
+                            found.append(ObjectInfo(key, (st := os.stat(full)).st_size, file_version(st)))
                         except FileNotFoundError:
                             continue  # deleted while listing
         found.sort(key=lambda o: o.key)
@@ -222,8 +222,9 @@ def _remove_empty_folders(folder: Path, root: Path) -> None:
         folder = folder.parent
 
 
-def _version(st: os.stat_result) -> str:
-    """A file's version token: modification time (ns), inode and size."""
+def file_version(st: os.stat_result) -> str:
+    """A file's version token: modification time (ns), inode and size (what a listing gives as
+    :attr:`ObjectInfo.version`; a file replaced by a rename has a new inode)."""
     return f"{st.st_mtime_ns:x}-{st.st_ino:x}-{st.st_size:x}"
 
 
@@ -246,7 +247,7 @@ def _link(tmp: Path, path: Path) -> str | None:
     with os.fdopen(fd, "wb") as out, open(tmp, "rb") as src:
         out.write(src.read())
         out.flush()
-        return _version(os.fstat(out.fileno()))
+        return file_version(os.fstat(out.fileno()))
 
 
 def _translate(exc: OSError, url: str, key: str) -> Exception:
