@@ -222,3 +222,15 @@ def test_selector_can_be_held_to_one_algorithm() -> None:
     assert choice.best.plan.family == "2-level+wc"
     with pytest.raises(ConfigError, match="no '4-level' exchange"):
         choose(400_000_000, profile, algorithm="4-level", max_workers=64)
+
+
+def test_a_late_bound_exchange_considers_only_p_that_split_its_buckets_evenly() -> None:
+    """Its partitions are runs of whole fine buckets: with B = 32, P = 13 would give runs of 3
+    and 2 (the largest 1.22 of an even share), so it is no candidate; P = 12 (1.125) is. A forced
+    P is taken as it is."""
+    profile = StorageProfile.load("local")
+    choice = choose(64 << 20, profile, concurrency=2, max_workers=32, senders=4, buckets=32, producers_done=True)
+    assert {c.workers for c in choice.candidates} == {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 16, 17, 18, 32}
+    unbound = choose(64 << 20, profile, concurrency=2, max_workers=32, senders=4)
+    assert {c.workers for c in unbound.candidates} == set(range(1, 33)), "P bound before the producers write: any"
+    assert {c.workers for c in choose(64 << 20, profile, workers=13, senders=4, buckets=32, producers_done=True).candidates} == {13}

@@ -111,14 +111,27 @@ def search_range(data_bytes: int, profile: StorageProfile, max_workers: int | No
     return range(low, max(low, high) + 1)
 
 
+#: How much more than an even share (D / P) the largest partition of a late-bound exchange may
+#: hold: its partitions are runs of whole fine buckets, ceil(B / P) at most.
+BALANCE = 1.125
+
+
+def balanced(workers: int, buckets: int) -> bool:
+    """Whether ``buckets`` fine buckets split into ``workers`` runs of whole buckets evenly enough
+    (:data:`BALANCE`): always where B >= 8 P, and where P nearly divides B (B = 32: P = 12 takes
+    runs of 3 and 2, the largest 1.125 of an even share; P = 13 would take 1.22)."""
+    return math.ceil(buckets / workers) * workers <= BALANCE * buckets
+
+
 def _fitting_sizes(data_bytes: int, profile: StorageProfile, max_workers: int | None, buckets: int | None) -> list[int]:
     """The P the selector may pick: every one whose tasks fit in a function's memory, at most
-    ``max_workers`` and at most ``buckets``; a clear error (before any work) when there is none."""
+    ``max_workers``, and at most ``buckets`` and :func:`balanced` over them; a clear error
+    (before any work) when there is none."""
     span = search_range(data_bytes, profile, max_workers)
     limits = [(max_workers, "--max-workers / max_workers")] if max_workers else []
     if buckets is not None:
         limits.append((buckets, f"the {buckets} buckets the producers wrote"))
-    sizes = [p for p in span if all(p <= limit for limit, _ in limits)]
+    sizes = [p for p in span if all(p <= limit for limit, _ in limits) and (buckets is None or balanced(p, buckets))]
     if not sizes:
         limit, why = min(limits)
         raise ConfigError(
