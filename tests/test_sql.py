@@ -293,6 +293,27 @@ def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
     assert any(count > 1 for count in parents(plan).values()) and "<shared #1" in frame.explain()
 
 
+def test_a_cte_that_only_filters_a_table_is_scanned_for_each_use(tables: dict[str, Path]) -> None:
+    """A CTE read twice is one node of the plan; when it only projects and filters a table, each
+    use scans the table (no stage computes it once for both: writing and reading that back cost
+    more than a second scan). One that aggregates is still computed once."""
+    from croupier.plan.compile import shared_nodes
+
+    urls = {n: str(p) for n, p in tables.items()}
+    scanned = """WITH c AS (SELECT g, k, x FROM t WHERE x > 0)
+                 SELECT a.g, a.k, a.x, b.x AS y FROM c a JOIN c b ON a.k = b.k AND a.g = b.g WHERE b.x > a.x ORDER BY 1, 2, 3, 4"""
+    aggregated = """WITH c AS (SELECT g, k, sum(x) AS x FROM t GROUP BY g, k)
+                    SELECT a.g, a.k, a.x, b.x AS y FROM c a JOIN c b ON a.k = b.k AND a.g <> b.g ORDER BY 1, 2, 3, 4"""
+    for query, computed_once in ((scanned, False), (aggregated, True)):
+        check(query, tables)
+        frame = croupier.sql(query, urls, config=CONFIG)
+        plan = frame.optimized_plan()
+        assert any(count > 1 for count in parents(plan).values()), "the CTE is one node read twice"
+        assert bool(shared_nodes(plan)) == computed_once
+        stages = frame.explain().split("physical stages")[1]
+        assert ("-shared:" in stages) == computed_once, stages
+
+
 def test_exists_with_one_inequality_uses_per_key_bounds(tables: dict[str, Path]) -> None:
     """EXISTS correlated by equalities and one ``<>`` is planned as min/max per key joined back
     once (no distinct outer values, no cross product of inner and outer rows); with two ``<>`` the

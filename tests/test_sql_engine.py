@@ -94,7 +94,7 @@ def test_tpcds_subset_on_the_engine(engine: tuple[str, Config, Executor], tpc_sq
 def test_joins_of_a_whole_larger_table_build_on_the_left(engine: tuple[str, Config, Executor], tpc_sql_data: dict[str, dict[str, Path]], broadcast_limit: int | None) -> None:
     """q5 and q9 join a smaller intermediate result to all of lineitem, q3 to half of it, q7
     supplier to filtered lineitem, q18 the orders its HAVING subquery keeps, q2 its few parts to
-    partsupp (a subplan computed once for two uses): the left side is
+    partsupp (scanned once for each of its two uses): the left side is
     built first and broadcast to lineitem's scan tasks (columns put back in the join's order),
     or, with broadcasts off, shuffled with lineitem as usual; either way the answer is DuckDB's.
     q4 joins its orders to lineitem grouped by order, q17 and q20 (left joins) their parts to
