@@ -234,3 +234,17 @@ def test_a_late_bound_exchange_considers_only_p_that_split_its_buckets_evenly() 
     unbound = choose(64 << 20, profile, concurrency=2, max_workers=32, senders=4)
     assert {c.workers for c in unbound.candidates} == set(range(1, 33)), "P bound before the producers write: any"
     assert {c.workers for c in choose(64 << 20, profile, workers=13, senders=4, buckets=32, producers_done=True).candidates} == {13}
+
+
+def test_p_outside_the_even_ones_where_memory_needs_it_and_a_hybrid_p_rounded_up_to_an_even_one() -> None:
+    """Where memory needs a P that splits B unevenly (B = 64, P >= 40: runs of 2 and 1), the
+    selector still finds one instead of failing; a P bound outside its search (a hybrid
+    exchange's) is rounded up to the next even one, never down (memory)."""
+    from croupier.model.selector import even_workers, usable_memory
+
+    assert [even_workers(p, 32) for p in (1, 4, 10, 13, 40)] == [1, 4, 11, 16, 32]
+    profile = StorageProfile.load("local")
+    data = 40 * usable_memory(profile.function_memory) - 1  # P >= 40
+    choice = choose(int(data), profile, concurrency=2, max_workers=60, senders=4, buckets=64, producers_done=True)
+    assert 40 <= choice.best.workers <= 60
+    assert min(c.workers for c in choice.candidates) == 40

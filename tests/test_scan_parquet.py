@@ -6,6 +6,8 @@ did not fetch."""
 
 from __future__ import annotations
 
+import os
+
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -325,19 +327,26 @@ def test_a_local_file_replaced_by_one_of_another_size_fails_naming_it(tmp_path: 
         read_split(store, spec, splits[0], pl.Schema({"k": schema["k"]}))
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="splits are read in place only where /proc/self/fd is")
 def test_a_task_parses_an_unchanged_files_footer_once_and_a_replaced_ones_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read in place, a split's footer is remembered by the opened file's version (modification
-    time, inode, size): reading the file's splits again parses none, and a file replaced by one
-    of the same size (other rows) is parsed again and read as it now is."""
+    """Read in place, a split's footer is remembered by the opened file (modification and change
+    time, inode, size): reading the file's splits again parses none; a file replaced by another
+    (a rename) and one rewritten in place with its modification time put back (``cp -p``) are
+    parsed again and read as they now are."""
     from croupier.dag import scan
 
     monkeypatch.setattr(scan, "_FOOTERS", type(scan._FOOTERS)())
+    monkeypatch.setattr(scan, "_footer_bytes", 0)
     parsed: list[str] = []
     read_metadata = scan.pq.read_metadata
     monkeypatch.setattr(scan.pq, "read_metadata", lambda source, *a, **k: parsed.append(str(source)) or read_metadata(source, *a, **k))
     path = tmp_path / "t.parquet"
     plain = {"row_group_size": 1000, "compression": "none", "use_dictionary": False, "write_statistics": False}  # sizes that do not depend on the values
-    pq.write_table(pa.table({"k": pa.array(range(4000), pa.int64())}), path, **plain)
+
+    def write(target: Path, first: int) -> None:  # 4 row groups of 1,000 keys from ``first``, always the same size
+        pq.write_table(pa.table({"k": pa.array(range(first, first + 4000), pa.int64())}), target, **plain)
+
+    write(path, 0)
     spec = ScanSpec(str(path), "parquet", ("k",))
     store, splits, schema = _splits(path, spec, Config(), parts=2)
     assert len(splits) > 1
@@ -347,11 +356,26 @@ def test_a_task_parses_an_unchanged_files_footer_once_and_a_replaced_ones_again(
     assert len(parsed) == first + 1, "one parse for all the file's splits"
     assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(4000))
     assert len(parsed) == first + 1, "none when read again"
-    size = path.stat().st_size
-    pq.write_table(pa.table({"k": pa.array(range(10_000, 14_000), pa.int64())}), path, **plain)
-    assert path.stat().st_size == size, "the case this test is about: the same size"
+    # rewritten in place (same inode, same size), its modification time put back
+    size, stat = path.stat().st_size, path.stat()
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        fresh = tmp_path / "fresh.parquet"
+        write(fresh, 10_000)
+        data[:] = fresh.read_bytes()
+        assert len(data) == size, "the case this test is about: the same size"
+        f.seek(0)
+        f.write(data)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_ino == stat.st_ino and path.stat().st_mtime_ns == stat.st_mtime_ns
     assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(10_000, 14_000))
-    assert len(parsed) == first + 2, "the replaced file's footer parsed again"
+    assert len(parsed) == first + 2, "the rewritten file's footer parsed again"
+    # replaced by a rename: another inode
+    other = tmp_path / "other.parquet"
+    write(other, 50_000)
+    os.replace(other, path)
+    assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(50_000, 54_000))
+    assert len(parsed) == first + 3, "the replaced file's footer parsed again"
 
 
 def test_operators_that_gather_rows_get_one_chunk_per_column_whatever_the_first_column() -> None:

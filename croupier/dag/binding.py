@@ -99,7 +99,8 @@ class Binder:
         return search_range(0, self.profile(), self.config.max_workers).stop - 1
 
     def fine_buckets(self) -> int:
-        """B for late-bound exchanges: a multiple of every candidate P's size, within bounds."""
+        """B for late-bound exchanges: :data:`BUCKETS_PER_PARTITION` times the largest P, within
+        bounds (the selector then considers the P that split B evenly: selector.balanced)."""
         p = self.max_partitions()
         if self.config.workers or self.config.topology:
             return p

@@ -30,6 +30,7 @@ from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.move import Fetch, Written
 from croupier.exchange.plan import ExchangePlan
 from croupier.exchange.topology import Topology
+from croupier.model.selector import even_workers
 from croupier.report import add_counts
 from croupier.units import format_bytes
 
@@ -309,7 +310,7 @@ class Exchanges:
             kinds = early_kinds(stage, self.format_of)
             with self._lock:  # one P for every hybrid exchange of the run: a join's hybrid sides must agree
                 workers = self.config.workers or self._hybrid_workers or chosen or self.binder.early(self.input_bytes(stage, inputs, out), n, "estimated from the stage's input (a hybrid exchange binds P before its producers write)", kinds).workers
-                workers = self._hybrid_workers = min(workers, buckets)
+                workers = self._hybrid_workers = even_workers(min(workers, buckets), buckets)
         return HybridPlan.build(workers, n, per_round, buckets if buckets != workers else None, round_bytes, pipelined)
 
     def run_producers(self, stage: Stage, out: StageOutput, tasks: list[Task]) -> list[TaskResult]:

@@ -48,10 +48,6 @@ from croupier.storage.location import parse_location
 
 __all__ = ["DagRunner", "JobResult", "StageOutput", "read_output", "run_job", "scan_schema"]
 
-#: A scan aims at this many splits per concurrent function (load balance against request count).
-SPLITS_PER_FUNCTION = 4
-MIN_SPLIT = 1 << 20
-MAX_SPLIT = 128 << 20
 #: A collected result up to this size (Polars' estimate, shared evenly by the final stage's tasks)
 #: comes back in the tasks' replies: for small results a storage round trip costs more than the
 #: pipe. Well under a reply's limit (the estimate is not the pickled size).

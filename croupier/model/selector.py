@@ -123,15 +123,25 @@ def balanced(workers: int, buckets: int) -> bool:
     return math.ceil(buckets / workers) * workers <= BALANCE * buckets
 
 
+def even_workers(workers: int, buckets: int) -> int:
+    """The smallest P >= ``workers`` (and <= ``buckets``) that is :func:`balanced` over ``buckets``:
+    for a P bound outside the selector's search (a hybrid exchange's, from the tier search or
+    an estimate); rounded up, not down, so that no task holds more than the P chosen allowed."""
+    return next(p for p in range(min(workers, buckets), buckets + 1) if balanced(p, buckets))
+
+
 def _fitting_sizes(data_bytes: int, profile: StorageProfile, max_workers: int | None, buckets: int | None) -> list[int]:
     """The P the selector may pick: every one whose tasks fit in a function's memory, at most
-    ``max_workers``, and at most ``buckets`` and :func:`balanced` over them; a clear error
-    (before any work) when there is none."""
+    ``max_workers``, and at most ``buckets`` and :func:`balanced` over them (unless none is,
+    where memory needs a P near B: then all that fit); a clear error (before any work) when
+    there is none."""
     span = search_range(data_bytes, profile, max_workers)
     limits = [(max_workers, "--max-workers / max_workers")] if max_workers else []
     if buckets is not None:
         limits.append((buckets, f"the {buckets} buckets the producers wrote"))
-    sizes = [p for p in span if all(p <= limit for limit, _ in limits) and (buckets is None or balanced(p, buckets))]
+    sizes = [p for p in span if all(p <= limit for limit, _ in limits)]
+    even = [p for p in sizes if buckets is None or balanced(p, buckets)]
+    sizes = even or sizes  # none even (a P near B that memory needs): every one that fits
     if not sizes:
         limit, why = min(limits)
         raise ConfigError(
