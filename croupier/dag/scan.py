@@ -583,20 +583,21 @@ def _in_place(store: Store, split: Split, fd: int) -> Iterator[tuple[str, pq.Fil
         if st.st_size != split.size:
             raise InputError(f"{split.where}: is {st.st_size:,} bytes, but was {split.size:,} when the query was planned (was the file replaced while the query ran?)")
         path = f"/proc/self/fd/{fd}"  # the opened file itself (only where /proc is: _PROC_FD)
-        meta = _planned_row_groups(split, _opened_footer(store, split, path, f"{file_version(st)}-{st.st_ctime_ns:x}"))
+        meta = _planned_row_groups(split, _opened_footer(store, split, path, st))
         yield path, meta
         store.record_local_read(sum(e - s for s, e in split.ranges))
     finally:
         os.close(fd)
 
 
-def _opened_footer(store: Store, split: Split, path: str, version: str) -> pq.FileMetaData:
-    """The footer of the opened file at ``path``, the object ``split`` reads at ``version`` (its
-    modification time, inode and size, and its change time, which no program can set back: a
-    file rewritten in place with its old modification time restored, as ``cp -p`` does, is
-    parsed again), remembered in :data:`_FOOTERS`. Parsing it took 6% of reading TPC-H's splits,
+def _opened_footer(store: Store, split: Split, path: str, st: os.stat_result) -> pq.FileMetaData:
+    """The footer of the opened file at ``path`` (``st``: its status), the object ``split`` reads,
+    remembered in :data:`_FOOTERS` by its modification time, inode and size, and its change time,
+    which no program can set back (a file rewritten in place with its old modification time
+    restored, as ``cp -p`` does, is parsed again). Parsing it took 6% of reading TPC-H's splits,
     and a session's tasks read the same files again and again. (A bad file raises: read_split
     names it.)"""
+    version = f"{file_version(st)}-{st.st_ctime_ns:x}"
     return _remembered((store.url, split.key, split.size, version), lambda: pq.read_metadata(path))
 
 
