@@ -7,7 +7,6 @@ did not fetch."""
 from __future__ import annotations
 
 import os
-
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -357,14 +356,12 @@ def test_a_task_parses_an_unchanged_files_footer_once_and_a_replaced_ones_again(
     assert _read_all(store, spec, splits, schema)["k"].to_list() == list(range(4000))
     assert len(parsed) == first + 1, "none when read again"
     # rewritten in place (same inode, same size), its modification time put back
-    size, stat = path.stat().st_size, path.stat()
-    with open(path, "r+b") as f:
-        data = bytearray(f.read())
-        fresh = tmp_path / "fresh.parquet"
-        write(fresh, 10_000)
-        data[:] = fresh.read_bytes()
-        assert len(data) == size, "the case this test is about: the same size"
-        f.seek(0)
+    stat = path.stat()
+    fresh = tmp_path / "fresh.parquet"
+    write(fresh, 10_000)
+    data = fresh.read_bytes()
+    assert len(data) == stat.st_size, "the case this test is about: the same size"
+    with open(path, "r+b") as f:  # overwritten where it is, not truncated
         f.write(data)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert path.stat().st_ino == stat.st_ino and path.stat().st_mtime_ns == stat.st_mtime_ns
