@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from croupier.storage.stats import KINDS, IOStats
 from croupier.units import format_bytes
@@ -14,6 +14,25 @@ from croupier.units import format_bytes
 FAR_OFF = 2.0
 #: Runs whose predicted stages took less than this are too short to judge the model by.
 MIN_JUDGED_SECONDS = 2.0
+#: Values per phase kind in a stage's ``phases``: bytes of data, wall seconds, request seconds,
+#: calls, and fresh memory bytes (what the phase first touched: see croupier.dag.task.Phases).
+PHASE_FIELDS = 5
+#: A phase that faulted in fresh memory of more than this share of its bytes, and at least
+#: FRESH_FLOOR, ran in a cold function (:func:`cold_phase`). Warm tasks touch a few hundred KB per
+#: phase whatever their size; a cold one about as much as its data (0.3-1.8 byte per byte), and
+#: faulting costs about 2 ns/B here, so at 5% the fresh memory adds about 0.1 ns/B to a kind that
+#: costs 0.3-5 ns/B.
+FRESH_SHARE, FRESH_FLOOR = 0.05, float(1 << 20)
+
+
+def cold_phase(values: Sequence[float]) -> bool:
+    """Whether a phase's values (PHASE_FIELDS: bytes, wall, request s, calls, fresh bytes) say it
+    ran in a function still faulting its memory in: the first tasks of fresh workers, or tasks
+    larger than any their function ran before. Its time is then partly the memory's, not what its
+    kind costs warm (the model's fit leaves it out). Values without the fresh bytes (reports
+    older than them, synthetic timings) count as warm."""
+    fresh = values[4] if len(values) > 4 else 0.0
+    return fresh >= FRESH_FLOOR and fresh >= FRESH_SHARE * values[0]
 
 
 @dataclass
@@ -34,7 +53,9 @@ class StageReport:
     invocations: list[tuple[str, float, float]] = field(default_factory=list)
     #: requests per exchange channel ("x:<producer stage>"), to hold each exchange to its plan
     channels: dict[str, IOStats] = field(default_factory=dict)
-    #: per phase kind (read:parquet, hash_aggregate, write:exchange-...): [bytes, wall s, request s, calls]
+    #: per phase kind (read:parquet, hash_aggregate, write:exchange-...): [bytes, wall s, request s,
+    #: calls, fresh memory bytes] (PHASE_FIELDS of them; reports written before fresh memory was
+    #: measured have the first four)
     phases: dict[str, list[float]] = field(default_factory=dict)
     #: the model's prediction of this stage (seconds, dominant term, terms), from what it measured
     predicted: dict[str, Any] = field(default_factory=dict)
@@ -164,6 +185,13 @@ class RunReport:
         profile = next((name for _, _, name in pairs if name), "the profile")
         line = f"model: stages measured {measured:.2f} s, predicted {predicted:.2f} s with {profile}"
         ratio = measured / max(predicted, 1e-9)
+        cold = [s for s in self.stages if any(cold_phase(v) for v in s.phases.values())]
+        if cold:
+            fresh = sum(v[4] for s in cold for v in s.phases.values() if len(v) > 4)
+            line += (
+                f"; {len(cold)} stage(s) ran in functions still faulting their memory in ({format_bytes(int(fresh))} fresh):"
+                " slower than warm functions, which the model predicts, and not learned from"
+            )
         if measured >= MIN_JUDGED_SECONDS and not 1 / FAR_OFF <= ratio <= FAR_OFF:
             line += (
                 f" — {ratio:.1f}x off: {profile} does not describe this machine and store; "

@@ -85,6 +85,18 @@ def test_report_says_when_the_model_is_far_off_and_what_to_do() -> None:
     assert RunReport("sort", "r", [StageReport("map", 1.0)]).model_check() is None
 
 
+def test_report_says_which_stages_ran_in_cold_functions() -> None:
+    """A stage whose phases faulted in about as much fresh memory as their data ran in functions
+    that were not warm yet: the model check says so (they are slower than predicted, and the fit
+    does not learn from them); a phase that touched a little, or an older report without the
+    figure, is warm."""
+    cold = StageReport("scan", 0.3, 2, phases={"read:parquet": [20e6, 0.2, 0.0, 2.0, 24e6], "hash_aggregate": [20e6, 0.1, 0.0, 2.0, 3e5]}, predicted={"seconds": 0.15, "profile": "local"})
+    warm = StageReport("final", 0.1, 2, phases={"hash_aggregate": [1e6, 0.05, 0.0, 2.0, 3e5], "write:result": [1e3, 0.01, 0.0, 2.0]}, predicted={"seconds": 0.1})
+    check = RunReport("q", "r", [cold, warm]).model_check() or ""
+    assert "1 stage(s) ran in functions still faulting their memory in (23.2 MiB fresh)" in check
+    assert "faulting" not in (RunReport("q", "r", [warm]).model_check() or "")
+
+
 def test_a_run_report_round_trips_and_draws_a_timeline(tmp_path: Path) -> None:
     import croupier.frame as cf
     import polars as pl

@@ -83,3 +83,36 @@ def test_the_default_session_is_shut_down_at_exit(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and "leaked" not in done.stderr
     for pid in map(int, lines[1].split()):
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_run_in_fresh_workers_says_its_phases_ran_cold_and_a_warm_rerun_does_not(tmp_path: Path) -> None:
+    """Each phase reports the fresh memory its function faulted in. Fresh workers' first run of a
+    query touches about as much as its data (its phases are cold, and the model's fit leaves them
+    out); the same query again in the same workers reuses that memory."""
+    from croupier.model.fit import cold, cold_phase, observations_from_report
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for i in range(3):
+        n = 400_000
+        pl.DataFrame({"k": pl.int_range(n, eager=True) % 1000 + i, "v": pl.int_range(n, eager=True).cast(pl.Float64)}).write_parquet(folder / f"p{i}.parquet")
+    config = Config(concurrency=2, progress=False, tmp_url=(tmp_path / "tmp").as_uri())
+    query = lambda: croupier.scan_parquet(str(folder), config=config).group_by("k").agg(croupier.col("v").sum(), croupier.col("v").max().alias("m")).sort("k")  # noqa: E731
+    with croupier.Session(config) as session:
+        executor = session.executor(config)
+        runs = []
+        for _ in range(2):
+            frame = query()
+            frame.collect(executor=executor)
+            assert frame.last_run is not None
+            runs.append(frame.last_run.report)
+
+    def fresh(report: object) -> float:
+        return sum(v[4] for stage in report.stages for v in stage.phases.values())  # type: ignore[attr-defined]
+
+    first = observations_from_report(runs[0], 2)
+    assert all(len(v) == 5 for o in first for v in o.phases.values())
+    scan = next(o for o in first if any(k.startswith("read:parquet") for k in o.phases))
+    read = next(v for k, v in scan.phases.items() if k.startswith("read:parquet"))
+    assert cold_phase(read) and cold(scan)
+    assert fresh(runs[1]) < fresh(runs[0]) / 4

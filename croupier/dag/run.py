@@ -25,7 +25,7 @@ from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.session import current_session, new_executor
 from croupier.config import Config
 from croupier.errors import ConfigError, StorageError
-from croupier.report import RunReport, StageReport, add_counts
+from croupier.report import PHASE_FIELDS, RunReport, StageReport, add_counts
 from croupier.storage import IOStats, Store, open_store
 from croupier.storage.commit import OutputCommit
 from croupier.storage.lease import TMP_FOLDER, LeaseKeeper, RunTemp
@@ -177,8 +177,8 @@ class Run:
             if result.started and result.finished:
                 report.timeline.append([result.task_id, result.worker, result.started, result.finished, {k: v[1] for k, v in (phases or {}).items()}])
             for kind, values in (phases or {}).items():
-                total = report.phases.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
-                for i, v in enumerate(values):
+                total = report.phases.setdefault(kind, [0.0] * PHASE_FIELDS)
+                for i, v in enumerate(values[:PHASE_FIELDS]):
                     total[i] += v
         asked = [r.requested for r in results if r.requested]
         if asked:

@@ -39,7 +39,14 @@ from croupier.ops import partition, terasort
 from croupier.ops.gensort import generate
 from croupier.ops.payload import FrameCodec, RecordsCodec
 from croupier.ops.records import RECORD_SIZE, RecordRuns
+from croupier.report import PHASE_FIELDS
 from croupier.storage import Store
+
+try:
+    import resource
+except ImportError:  # not a Unix: fresh memory is not measured (reported as 0)
+    resource = None  # type: ignore[assignment]
+PAGE_SIZE = resource.getpagesize() if resource is not None else 4096
 
 # --- reads ------------------------------------------------------------------------------------------
 
@@ -164,8 +171,11 @@ class TaskSpec:
 
 class Phases:
     """Where a task's time went, per phase kind: [bytes of data, wall seconds, request seconds,
-    calls]. Kinds name what ran (``read:parquet``, ``hash_aggregate``, ``write:exchange-frames``...),
-    so the model can be calibrated per operator kind from every run."""
+    calls, fresh memory bytes]. Kinds name what ran (``read:parquet``, ``hash_aggregate``,
+    ``write:exchange-frames``...), so the model can be calibrated per operator kind from every run.
+    Fresh memory is what the phase's process first touched (:func:`fresh_bytes`): a function's
+    first tasks fault their memory in, which later ones reuse (a TPC-H Q1 task took 390 ms cold and
+    120 ms warm), so a phase that touched much of it measured a cold function, not its kind."""
 
     def __init__(self, ctx: TaskContext) -> None:
         self._ctx = ctx
@@ -176,19 +186,31 @@ class Phases:
         first argument (operators, writes), plus ``also`` (bytes of further inputs it works
         through: a join's build side); ``sized``: ``fn`` returns (result, its size)."""
         io_before = _io_seconds(self._ctx)
+        fresh = fresh_bytes()
         started = time.perf_counter()
         result = fn(*args)
         wall = time.perf_counter() - started
+        fresh = fresh_bytes() - fresh
         if sized:
             result, nbytes = result
         else:
             nbytes = data_bytes(args[0] if args and not kind.startswith("read:") else result)
-        entry = self.kinds.setdefault(kind, [0.0, 0.0, 0.0, 0.0])
+        entry = self.kinds.setdefault(kind, [0.0] * PHASE_FIELDS)
         entry[0] += nbytes + also
         entry[1] += wall
         entry[2] += _io_seconds(self._ctx) - io_before
         entry[3] += 1
+        entry[4] += fresh
         return result
+
+
+def fresh_bytes() -> float:
+    """Memory this process has faulted in so far (minor page faults x page size): the difference
+    over a phase is the fresh memory it touched; a warm function reusing kept memory touches next
+    to none. 0 where the platform does not count page faults."""
+    if resource is None:
+        return 0.0
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt * PAGE_SIZE)
 
 
 def _io_seconds(ctx: TaskContext) -> float:
@@ -282,7 +304,7 @@ def read_shared(ctx: TaskContext, source: ExchangeRead, phases: Phases, cached: 
     for f in source.fetches:
         kind = "GET" if f.start is None else "GET_RANGE"
         counts[kind] = counts.get(kind, 0) + 1
-    entry = phases.kinds.setdefault("read:cached", [0.0, 0.0, 0.0, 0.0])
+    entry = phases.kinds.setdefault("read:cached", [0.0] * PHASE_FIELDS)
     entry[1] += time.perf_counter() - started
     entry[3] += 1
     return frame
@@ -326,20 +348,22 @@ def read(ctx: TaskContext, source: Read) -> Any:
 
 def run_level(ctx: TaskContext, url: str, plan: ExchangePlan | BroadcastPlan, level: int, worker: int, fetches: tuple[Fetch, ...], wait: float, prefix: str, channel: str) -> dict[str, Any]:
     """Task of an exchange's intermediate level: receive level ``level - 1``, pass it on."""
+    fresh = fresh_bytes()
     started = time.perf_counter()
     written, nbytes = move.pass_level(ctx.store(url, channel), plan, level, worker, fetches, wait, prefix, lambda other: ctx.store(other, channel))
     wall = time.perf_counter() - started
-    return {"written": written, "phases": {"regroup": [float(nbytes), wall, _io_seconds(ctx), 1.0]}}
+    return {"written": written, "phases": {"regroup": [float(nbytes), wall, _io_seconds(ctx), 1.0, fresh_bytes() - fresh]}}
 
 
 def run_memory_level(ctx: TaskContext, url: str, plan: LevelsPlan, level: int, task: int, fetches: tuple[tuple[Fetch, ...], ...], wait: float, prefix: str, channel: str) -> dict[str, Any]:
     """Task of a memory level (MinFlow): one group of workers in one task; level ``level`` happens
     in its memory, and it writes its members' objects of level ``level + 1``."""
+    fresh = fresh_bytes()
     started = time.perf_counter()
     out = move.pass_memory_level(ctx.store(url, channel), plan, level, task, fetches, wait, prefix, lambda other: ctx.store(other, channel))
     wall = time.perf_counter() - started
     nbytes = float(sum(n for _, n in out))
-    return {"written": [w for w, _ in out], "phases": {"regroup": [nbytes, wall, _io_seconds(ctx), 1.0]}}
+    return {"written": [w for w, _ in out], "phases": {"regroup": [nbytes, wall, _io_seconds(ctx), 1.0, fresh_bytes() - fresh]}}
 
 
 # --- writing ----------------------------------------------------------------------------------------

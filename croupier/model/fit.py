@@ -21,8 +21,18 @@ mostly that overhead (a task's round trip to its function, ~1 ms here), were pre
 short on TPC-H.
 
 The first-touch term (fresh memory a function's *first* task pulls in) is not fitted:
-observations come from warm functions (the calibration drops its warm-up pass for that reason,
-and a run's learning sees functions that already ran), which never pay it, so what a regression
+the fit keeps to warm functions, which never pay it. The calibration drops its warm-up pass, and
+every phase says how much fresh memory its process touched (page faults, see
+:class:`croupier.dag.task.Phases`): a phase that touched more than ``FRESH_SHARE`` of its bytes
+(and at least ``FRESH_FLOOR``, :func:`croupier.report.cold_phase`) ran in a function still
+faulting its memory in — the
+first tasks of fresh workers, or a larger pass than any before — and is left out of its kind's
+fit, its stage out of step 3 (:func:`cold`), unless nothing warm measured them (a platform that
+starts a fresh process for every call). A run's first query in fresh workers took twice as
+long in its first stage as the same query warm, and learning from it priced TPC-H Q1's
+aggregation 27% above what every later run took; the calibration's own larger pass faulted in
+0.7 byte of fresh memory per byte its filter read, which priced Parquet reads 1.5x too high on
+TPC-H. Fitting the first-touch cost instead, from the bytes of one task, found what a regression
 on the bytes of one task found instead was the noise of large one-wave stages — five
 calibrations on one machine gave 0 to 2.3 ns/B, and predictions with it were up to 50% too slow
 for warm runs at small P (``bench/sim_validation.py``). A profile's first-touch cost is its
@@ -43,6 +53,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from croupier.model.profile import SIGNATURE, Curve, StorageProfile, base_kind
+from croupier.report import cold_phase
 from croupier.model.stage import StageFacts, phase_calls, predict_stage
 
 #: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
@@ -55,13 +66,17 @@ FAMILIES = ("read:", "write:", "")
 #: Kinds that say nothing of what their family's unseen kinds cost: a broadcast side a function
 #: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured.
 NOT_A_FAMILY = frozenset({"read:cached"})
+def cold(observation: Observation) -> bool:
+    """Whether any phase of a stage ran cold (:func:`croupier.report.cold_phase`)."""
+    return any(cold_phase(v) for v in observation.phases.values())
 
 
 @dataclass(frozen=True)
 class Observation:
     """One finished stage, as the fit sees it.
 
-    ``phases``: per kind, [bytes, wall seconds, request seconds, calls] summed over the tasks.
+    ``phases``: per kind, [bytes, wall seconds, request seconds, calls, fresh memory bytes] summed
+    over the tasks (the last missing from reports older than it).
     """
 
     facts: StageFacts
@@ -149,7 +164,8 @@ def merge(group: Sequence[Observation]) -> Observation:
     phases: dict[str, list[float]] = {}
     for o in group:
         for k, v in o.phases.items():
-            total = phases.setdefault(k, [0.0] * len(v))
+            total = phases.setdefault(k, [])
+            total += [0.0] * (len(v) - len(total))
             for i, x in enumerate(v):
                 total[i] += x
     fs = [o.facts for o in group]
@@ -237,6 +253,7 @@ class Design:
     bytes: np.ndarray  # (n, kinds): bytes per kind
     calls: np.ndarray  # (n, kinds): calls per kind (one per task that ran the phase)
     cpu: np.ndarray  # (n, kinds): phase wall - request seconds, task-seconds
+    chilled: np.ndarray  # (n, kinds): the phase ran cold (croupier.report.cold_phase)
     read_io: np.ndarray  # (n,): request seconds of read phases, task-seconds
     write_io: np.ndarray
     both_io: np.ndarray  # (n,): request seconds of phases that read and write (exchange levels)
@@ -248,6 +265,7 @@ class Design:
     task_bytes: np.ndarray  # largest phase bytes / tasks
     busy: np.ndarray  # (n,): measured wall seconds of all phases, task-seconds
     wall: np.ndarray
+    cold: np.ndarray  # (n,): 1 where a phase ran in a function still faulting its memory in (:func:`cold`)
 
 
 def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
@@ -256,7 +274,8 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
     index = {k: i for i, k in enumerate(kinds)}
     n = len(observations)
     nbytes, calls, cpu = np.zeros((n, len(kinds))), np.zeros((n, len(kinds))), np.zeros((n, len(kinds)))
-    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "busy", "wall")}
+    chilled = np.zeros((n, len(kinds)), dtype=bool)
+    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "busy", "wall", "cold")}
     unit = replace(base, read_scale=1.0, write_scale=1.0)
     for i, o in enumerate(observations):
         tasks = max(1, o.facts.tasks)
@@ -273,14 +292,16 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
                 w_io += io
             elif kind in BOTH:
                 b_io += io
+            chilled[i, index[kind]] |= cold_phase((b, wall, req, *rest))
             nbytes[i, index[kind]] += b
             calls[i, index[kind]] += phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
-                      task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall)  # fmt: skip
+                      task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall,
+                      cold=float(cold(o)))  # fmt: skip
         for name, v in values.items():
             cols[name][i] = v
-    return Design(kinds, nbytes, calls, cpu, **cols)
+    return Design(kinds, nbytes, calls, cpu, chilled, **cols)
 
 
 # --- the fit ------------------------------------------------------------------------------------
@@ -311,22 +332,39 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     for j, k in enumerate(d.kinds):
         groups.setdefault(base_kind(k), []).append(j)
     for kind, js in groups.items():  # each kind from all its operators' phases
-        compute[kind], calls[kind] = per_kind(d.bytes[rows][:, js].sum(axis=1), d.calls[rows][:, js].sum(axis=1), d.cpu[rows][:, js].sum(axis=1))
+        b, n, t = _warm(d, rows, js)
+        compute[kind], calls[kind] = per_kind(b, n, t)
     for j, k in enumerate(d.kinds):  # each operator signature from its own
         if k not in compute:
-            compute[k], calls[k] = per_signature(d.bytes[rows, j], d.calls[rows, j], d.cpu[rows, j], _known(calls[base_kind(k)], base.call_cost(k)))
+            compute[k], calls[k] = per_signature(*_warm(d, rows, [j]), _known(calls[base_kind(k)], base.call_cost(k)))
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
         js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
         if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
-            compute[family] = robust_ratio(d.bytes[rows][:, js].sum(axis=1), d.cpu[rows][:, js].sum(axis=1))
+            b, _, t = _warm(d, rows, js)
+            compute[family] = robust_ratio(b, t)
             known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
             calls[family] = float(np.median(known)) if known else math.nan
     read_scale, write_scale = _fit_scales(d, rows)
+    warm = rows[d.cold[rows] == 0]
+    if len(warm) >= 3:  # step 3 from warm stages: cold tasks end late (imbalance) for their memory's sake
+        rows = warm
     touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
     work = d.pack[rows] * d.busy[rows] / d.c[rows]  # each function's measured phase time
     left = d.wall[rows] - work - touch  # measured, not steps 1-2's fit
     t0, t1, g = _fit_overheads(left, d.waves[rows], work / d.waves[rows], d.wall[rows], base)
     return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
+
+
+def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes, calls and cpu seconds per observation of ``rows`` over the kinds ``js``, from their
+    warm phases only when there are any: a cold function's phases measure its memory too (module
+    docstring). Where every phase of them ran cold (a platform that starts a fresh process for
+    every call), those are what there is to learn from."""
+    b, n, t = d.bytes[rows][:, js], d.calls[rows][:, js], d.cpu[rows][:, js]
+    warm = ~d.chilled[rows][:, js]
+    if ((b + n) * warm).any():
+        b, n, t = b * warm, n * warm, t * warm
+    return b.sum(axis=1), n.sum(axis=1), t.sum(axis=1)
 
 
 #: Bytes per call below which a kind whose calls all move about as much is priced per call (every
@@ -472,10 +510,11 @@ def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: in
         errors[name] = float(values.std(ddof=1)) if len(values) > 2 else math.nan
     profile = apply(base, point, errors)
     profile = replace(profile, stored=dict(base.stored) | stored_ratios(observations))
-    residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in observations if o.wall > 0])
+    judged = [o for o in observations if o.wall > 0 and not cold(o)] or [o for o in observations if o.wall > 0]
+    residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in judged])
     spread = 1.4826 * float(np.median(np.abs(residuals))) if len(residuals) else base.residual
     mape = 100 * float(np.mean(np.abs(residuals))) if len(residuals) else math.nan
-    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n))
+    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n, cold_stages=int(d.cold.sum())))
     return FitResult(profile, estimates, errors, mape, n)
 
 
