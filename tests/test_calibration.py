@@ -43,6 +43,9 @@ def test_first_run_calibrates_once_caches_and_every_run_refines(tmp_path: Path, 
     assert first.summary["profile"] == f"{key[1]}@r0"  # predicted by the fresh calibration
     assert entry.profile.revision == 1 and len(entry.history) == 1  # ...and refined by the run
     assert {k for k in entry.profile.compute} >= {"records_sort", "read:parquet", "hash_aggregate", "hash_join", "sort", "evaluate", "project"}
+    # Parquet reads are priced per codec: the calibration's table is half zstd, half snappy
+    assert {"read:parquet-snappy", "read:parquet-zstd"} <= set(entry.profile.compute)
+    assert entry.profile.compute_cost("read:parquet-lz4#00000000") == entry.profile.compute["read:parquet"]  # other codecs: all Parquet reads
     # a query's tail (partials gathered by one task) is measured, and its few bytes per call priced per call
     single = next(k for o in entry.calibration for k in o.phases if k.startswith("write:exchange-frames") and k.endswith("-single"))
     assert single in entry.profile.call_seconds and single not in entry.profile.compute
@@ -140,7 +143,8 @@ def test_a_query_reports_the_operator_signatures_its_plan_prices_and_its_profile
     finish(compiler, compiler.compile(frame.optimized_plan()), ExchangeSink(SinglePartitioning()))
     planned = {k for stage in compiler.stages for k in stage_kinds(stage, lambda rep: "arrow") if "#" in k}
     reported = {k for stage in frame.last_run.report.stages for k in stage.phases if "#" in k}
-    assert {k.split("#")[0] for k in reported} >= {"read:parquet", "hash_aggregate"}  # the filter is fused into the partial aggregate
+    # the filter is fused into the partial aggregate; Polars wrote the files zstd-compressed
+    assert {k.split("#")[0] for k in reported} >= {"read:parquet-zstd", "hash_aggregate"}
     assert reported <= planned, "every signed kind a task reports is one the planner prices"
     entry = ProfileCache(config.profile_cache).load(machine_id(), store_key(config.tmp_url, None), 2)
     assert entry is not None and reported <= set(entry.profile.compute) | set(entry.profile.call_seconds)

@@ -440,3 +440,31 @@ def test_a_predicate_of_comparisons_filters_while_decoding_and_a_like_after(tmp_
         stages = frame.last_run.compiler.stages  # the run's plan: the share kept is guessed from the footers
         ops = [o for s in stages for op in s.ops for o in (getattr(op, "steps", None) or (op,))]
         assert any(isinstance(o, FilterOp) for o in ops) != in_read, predicate.show()
+
+
+def test_reads_are_priced_per_codec_under_one_kind_for_planner_and_tasks(tmp_path: Path) -> None:
+    """Decoding costs depend on the compression (Polars decodes zstd in 1.8x the time of snappy),
+    so a scan's phase kind names its files' codec, read with the schema from the first footer:
+    the planner prices and the tasks report the same kind (the calibration, written in both
+    codecs, prices each apart: tests/test_calibration.py). A sink writes the compression asked
+    for; a wrong one fails before anything runs."""
+    import croupier
+    from croupier.errors import ConfigError
+
+    config = Config(concurrency=2, progress=False, calibration="off", tmp_url=(tmp_path / "tmp").as_uri())
+    frame = pl.DataFrame({"k": [i % 5 for i in range(3000)], "v": list(range(3000))})
+    for codec in ("snappy", "zstd", "lz4"):
+        (tmp_path / codec).mkdir()
+        for i in range(2):
+            frame.slice(i * 1500, 1500).write_parquet(tmp_path / codec / f"p{i}.parquet", compression=codec)  # type: ignore[arg-type]
+        scanned = croupier.scan_parquet(str(tmp_path / codec), config=config)
+        result = scanned.group_by("k").agg(croupier.col("v").sum()).sort("k")
+        assert result.collect().equals(frame.group_by("k").agg(pl.col("v").sum()).sort("k"))
+        assert result.last_run is not None
+        reported = {k.split("#")[0] for s in result.last_run.report.stages for k in s.phases if k.startswith("read:parquet")}
+        assert reported == {f"read:parquet-{codec}"}
+    written = croupier.scan_parquet(str(tmp_path / "zstd"), config=config).sink_parquet(str(tmp_path / "out"), compression="snappy")
+    assert written and all(scan.parquet_codec(pq.read_metadata(f.removeprefix("file://"))) == "snappy" for f in written)
+    with pytest.raises(ConfigError, match="compression 'zip' is not one of"):
+        croupier.scan_parquet(str(tmp_path / "zstd"), config=config).sink_parquet(str(tmp_path / "bad"), compression="zip")
+    assert not (tmp_path / "bad").exists()

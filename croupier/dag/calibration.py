@@ -14,7 +14,9 @@ deleted at the end:
 2. **Standard workload**: real stages of the one engine on generated data, each with its plan
    forced, so that every phase kind and every term of the stage model is measured::
 
-       generate   records -> gensort parts; records -> TeraSort Parquet parts; rows -> a table
+       generate   records -> gensort parts; records -> TeraSort Parquet parts; rows -> a table,
+                  half of it zstd-compressed (Polars' default) and half snappy (pyarrow's,
+                  DuckDB's, Spark's), as Parquet reads are priced per codec
        sort       gensort -> gensort and Parquet -> Parquet, direct (P = C) and 2 x 2 (+wc)
        queries    scan + filter + project; a projection computing expressions; group-by with
                   few and with many groups (hash exchange, direct and 2-level); partial
@@ -291,8 +293,11 @@ def _sort(name: str, url: str, objects: list[Any], rows: list[int] | None, out: 
     return Stage(f"{name}-reduce", ExchangeInput(mapped), (RecordsSort(),), sink=OutputSink(out, f"records-{fmt}", "cal"), rep="records")
 
 
-def _query_jobs(table: str, dim: str, out: str, c: int) -> list[Job]:
-    scan = lambda url, columns=None: ScanSource(ScanSpec(url, "parquet", columns))  # noqa: E731  (columns: a pushed-down projection)
+def _query_jobs(table: str, snappy: str, dim: str, out: str, c: int) -> list[Job]:
+    """The query jobs, over the two copies of the table (``table`` zstd, ``snappy`` snappy):
+    each codec's reads are measured at several projections and sizes."""
+    codecs = {table: "zstd", snappy: "snappy", dim: "zstd"}  # as they were written (ScanSpec.codec)
+    scan = lambda url, columns=None: ScanSource(ScanSpec(url, "parquet", columns, codec=codecs[url]))  # noqa: E731  (columns: a pushed-down projection)
     aggs = (AggSpec("sum", "v", "v"), AggSpec("max", "w", "w"), AggSpec("len", None, "n"))
     final = (AggSpec("sum", "v", "v"), AggSpec("max", "w", "w"), AggSpec("sum", "n", "n"))
     jobs = [Job("filter", (Stage("q-filter", scan(table), (Filter(col("w") < 128), Select((col("k_many"), col("v"), col("s")))), sink=OutputSink(f"{out}/filter", "parquet", "cal")),))]
@@ -300,20 +305,20 @@ def _query_jobs(table: str, dim: str, out: str, c: int) -> list[Job]:
     price = col("price") * (1 - col("v") / 10)
     computed = (col("k_many"), price.alias("x"), (price * (1 + col("w") / 2560)).alias("y"), col("d").dt.year().alias("yr"), when(col("flag") == "A").then(col("price")).otherwise(0.0).alias("z"))
     jobs.append(Job("evaluate", (Stage("q-evaluate", scan(table, ("k_many", "price", "v", "w", "d", "flag")), (Select(computed),), sink=OutputSink(f"{out}/evaluate", "parquet", "cal")),)))
-    for what, key, workers, algorithm in (("few", "k_few", c, "direct+wc"), ("many", "k_many", 2 * c, "direct+wc"), ("many2", "k_many", 2 * c, "2-level+wc")):
-        partial = Stage(f"q-{what}-partial", scan(table, (key, "v", "w")), (Aggregate((key,), aggs, adaptive=True),), sink=ExchangeSink(HashPartitioning((key,))))
+    for what, key, workers, algorithm, source in (("few", "k_few", c, "direct+wc", table), ("many", "k_many", 2 * c, "direct+wc", snappy), ("many2", "k_many", 2 * c, "2-level+wc", table)):
+        partial = Stage(f"q-{what}-partial", scan(source, (key, "v", "w")), (Aggregate((key,), aggs, adaptive=True),), sink=ExchangeSink(HashPartitioning((key,))))
         merged = Stage(f"q-{what}-final", ExchangeInput(partial), (Aggregate((key,), final),), sink=OutputSink(f"{out}/{what}", "parquet", "cal"))
         jobs.append(Job(what, (merged,), workers, algorithm))
     # a query's tail: partial aggregates gathered by one task, which merges, orders and returns them
-    gathered = Stage("q-top-partial", scan(table, ("k_few", "v", "w")), (Aggregate(("k_few",), aggs, adaptive=True),), sink=ExchangeSink(SinglePartitioning()))
+    gathered = Stage("q-top-partial", scan(snappy, ("k_few", "v", "w")), (Aggregate(("k_few",), aggs, adaptive=True),), sink=ExchangeSink(SinglePartitioning()))
     jobs.append(Job("top", (Stage("q-top-final", ExchangeInput(gathered), (Aggregate(("k_few",), final), SortOp((col("k_few"),), (False,))), sink=ResultSink()),)))
     build = Stage("q-join-build", scan(dim), sink=ExchangeSink(HashPartitioning(("k_many",))))
     # the probe side ships wide rows (a string among them), as TPC-H joins' build and probe stages do
-    probe = Stage("q-join-probe", scan(table, ("k_many", "v", "w", "d", "comment")), (Select((col("k_many"), col("v"), col("w"), col("comment"))),), sink=ExchangeSink(HashPartitioning(("k_many",))))
+    probe = Stage("q-join-probe", scan(snappy, ("k_many", "v", "w", "d", "comment")), (Select((col("k_many"), col("v"), col("w"), col("comment"))),), sink=ExchangeSink(HashPartitioning(("k_many",))))
     joined = Stage("q-join-final", ExchangeInput(probe), (HashJoin("build", ("k_many",), ("k_many",), "inner"),), {"build": ExchangeInput(build)}, OutputSink(f"{out}/join", "parquet", "cal"))
     jobs.append(Job("join", (joined,), 2 * c, "direct"))
     cuts = pl.DataFrame({"__k0": [i / (2 * c) for i in range(1, 2 * c)]})
-    ranged = Stage("q-sort-range", scan(table, ("v", "w", "s", "comment")), (Select((col("v"), col("w"), col("s"))),), sink=ExchangeSink(RangePartitioning((col("v"),), (False,), False, cuts), plan=ExchangePlan.direct(2 * c)))
+    ranged = Stage("q-sort-range", scan(snappy, ("v", "w", "s", "comment")), (Select((col("v"), col("w"), col("s"))),), sink=ExchangeSink(RangePartitioning((col("v"),), (False,), False, cuts), plan=ExchangePlan.direct(2 * c)))
     jobs.append(Job("sort", (Stage("q-sort-final", ExchangeInput(ranged), (SortOp((col("v"),), (False,)),), sink=OutputSink(f"{out}/sort", "parquet", "cal")),)))
     return jobs
 
@@ -337,7 +342,11 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
         _generate("gen-parquet", n, parts, seed + 1, OutputSink(f"{url}/in-parquet", "records-parquet", "cal")),
     )))  # fmt: skip
     groups = max(1, sizes.rows // 4)
-    run(Job("table", (_generate("gen-table", sizes.rows, parts, seed + 2, OutputSink(f"{url}/table", "parquet", "cal"), (SyntheticTable(groups),)),)))
+    # the table twice, half the rows each, compressed as Polars writes Parquet (zstd) and as
+    # pyarrow, DuckDB and Spark do (snappy): decoding costs depend on it (ScanSpec.kind_for)
+    half = max(1, sizes.rows // 2)
+    run(Job("table", (_generate("gen-table", half, max(1, parts // 2), seed + 2, OutputSink(f"{url}/table", "parquet", "cal"), (SyntheticTable(groups),)),)))
+    run(Job("table-snappy", (_generate("gen-table-snappy", half, max(1, parts // 2), seed + 6, OutputSink(f"{url}/table-snappy", "parquet", "cal", compression="snappy"), (SyntheticTable(groups),)),)))
     run(Job("dim", (_generate("gen-dim", groups, max(1, parts // 2), seed + 3, OutputSink(f"{url}/dim", "parquet", "cal"), (SyntheticTable(groups), Select((col("k_many"), col("v").alias("x"))))),)))
     run(Job("overheads", (_overheads("overheads-1", c, seed + 4), _overheads("overheads-8", 8 * c, seed + 5))))
     bounds = [n * i // parts for i in range(parts + 1)]
@@ -347,7 +356,7 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
         for plan in (ExchangePlan.direct(c), ExchangePlan(Topology((2, c)), True)):
             label = f"sort-{fmt}-{plan.workers}{'-2l' if plan.levels > 1 else ''}"
             run(Job(label, (_sort(label, f"{url}/in-{fmt}", objects, rows if fmt == "parquet" else None, f"{url}/out-{label}", fmt, plan, seed),)))
-    for job in _query_jobs(f"{url}/table", f"{url}/dim", f"{url}/out-q", c):
+    for job in _query_jobs(f"{url}/table", f"{url}/table-snappy", f"{url}/dim", f"{url}/out-q", c):
         run(job)
     return observations
 

@@ -36,7 +36,7 @@ from croupier.dag.outputs import StageOutput
 from croupier.dag.profiles import RunProfile
 from croupier.dag.run import Run
 from croupier.dag.scan import projected
-from croupier.dag.splits import ScanPlanner, scan_schema
+from croupier.dag.splits import ScanPlanner, scan_facts, scan_schema
 from croupier.dag.stage import ExchangeInput, ExchangeSink, OutputSink, ResultSink, ScanSource, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeWrite, OutputWrite, ResultWrite, TaskSpec, run_task
 from croupier.dag.tiers import Tiers
@@ -46,7 +46,7 @@ from croupier.exchange.plan import ExchangePlan
 from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.storage.location import parse_location
 
-__all__ = ["DagRunner", "JobResult", "StageOutput", "read_output", "run_job", "scan_schema"]
+__all__ = ["DagRunner", "JobResult", "StageOutput", "read_output", "run_job", "scan_facts", "scan_schema"]
 
 #: A collected result up to this size (Polars' estimate, shared evenly by the final stage's tasks)
 #: comes back in the tasks' replies: for small results a storage round trip costs more than the
@@ -299,7 +299,7 @@ class DagRunner:
         if isinstance(sink, ResultSink):
             return ResultWrite()
         if isinstance(sink, OutputSink):
-            return OutputWrite(sink.url, sink.fmt, f"part-{index:05d}-{sink.tag}", sink.max_rows_per_file)
+            return OutputWrite(sink.url, sink.fmt, f"part-{index:05d}-{sink.tag}", sink.max_rows_per_file, sink.compression)
         assert out.plan is not None
         fmt = self.exchanges.format_of(stage.rep)
         url = out.url or self.tmp_url

@@ -17,7 +17,7 @@ import polars as pl
 from croupier.config import Config
 import pyarrow.parquet as pq
 
-from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_schema, parquet_splits, read_footers, resolve
+from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_file_codec, parquet_schema, parquet_splits, read_footers, resolve
 from croupier.storage import ObjectInfo, parse_location
 from croupier.dag.stage import ScanSource
 
@@ -156,10 +156,21 @@ class ScanPlanner:
 
 def scan_schema(spec: ScanSpec, run: Any) -> pl.Schema:
     """The file schema of a scan, from its first object (``run`` provides ``store(url)``)."""
+    return scan_facts(spec, run)[0]
+
+
+def scan_facts(spec: ScanSpec, run: Any) -> tuple[pl.Schema, str]:
+    """The file schema of a scan and its data's compression (:attr:`ScanSpec.codec`), from its
+    first object (``run`` provides ``store(url)``)."""
     base, objects = resolve(spec.url, run.store)
     store = run.store(base)
     if spec.format == "parquet":
-        return parquet_schema(store, objects[0])
+        return parquet_schema(store, objects[0]), parquet_file_codec(store, objects[0])
+    return _other_schema(spec, store, objects), ""
+
+
+def _other_schema(spec: ScanSpec, store: Any, objects: list[Any]) -> pl.Schema:
+    """The file schema of a CSV or gensort scan."""
     if spec.format == "csv":
         return csv_schema(store, objects[0], spec.csv)
     return gensort_schema()

@@ -129,6 +129,7 @@ class OutputSink:
     fmt: str
     tag: str
     max_rows_per_file: int | None = None
+    compression: str = "zstd"  # of Parquet parts (Polars' default)
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,7 @@ class OutputWrite:
     fmt: str
     name: str
     max_rows_per_file: int | None = None
+    compression: str = "zstd"  # Parquet's: Polars' default; "snappy", "lz4", "uncompressed", ...
 
 
 @dataclass(frozen=True)
@@ -472,7 +473,7 @@ def write_output(ctx: TaskContext, sink: OutputWrite, data: Any) -> list[tuple[s
         if sink.fmt == "csv":
             part.write_csv(buf)
         else:
-            part.write_parquet(buf)
+            part.write_parquet(buf, compression=sink.compression)  # type: ignore[arg-type]
         suffix = f"-{k:04d}" if sink.max_rows_per_file else ""
         name = f"{sink.name}{suffix}.{sink.fmt}"
         store.put(name, buf.getvalue())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -28,7 +28,7 @@ import polars as pl
 
 from croupier.compute.base import Executor
 from croupier.config import Config
-from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_schema
+from croupier.dag.runner import DagRunner, StageOutput, read_output, scan_facts
 from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, input_location, resolve
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.dag.tiers import fast_tier_failure
@@ -74,6 +74,11 @@ class _Output:
     fmt: str
     max_rows_per_file: int | None
     overwrite: bool
+    compression: str = "zstd"
+
+
+#: Parquet compressions a sink writes (Polars' ``ParquetCompression``).
+PARQUET_COMPRESSIONS = ("zstd", "snappy", "lz4", "gzip", "brotli", "uncompressed")
 
 
 def _scan(url: str | Path, fmt: str, config: Config | None, csv: CsvOptions | None = None) -> LazyFrame:
@@ -81,7 +86,8 @@ def _scan(url: str | Path, fmt: str, config: Config | None, csv: CsvOptions | No
         raise ConfigError(f"format must be one of {FORMATS}, got {fmt!r}")
     config = config or Config.from_env()
     spec = ScanSpec(_as_url(url), fmt, csv=csv or CsvOptions())
-    return LazyFrame(Scan(spec, scan_schema(spec, _Stores(config))), config)
+    schema, codec = scan_facts(spec, _Stores(config))
+    return LazyFrame(Scan(replace(spec, codec=codec), schema), config)
 
 
 def scan_parquet(source: str | Path, config: Config | None = None) -> LazyFrame:
@@ -408,7 +414,7 @@ class LazyFrame:
             result.compiler = compiler = Compiler(runner, config)
             if output is not None:
                 commit = run.begin_output(output.location, output.overwrite)
-                sink = OutputSink(str(output.location), output.fmt, commit.tag, output.max_rows_per_file)
+                sink = OutputSink(str(output.location), output.fmt, commit.tag, output.max_rows_per_file, output.compression)
             assert sink is not None
             plan = self.optimized_plan()
             runner.scans.prefetch(n.spec for n in _walk(plan) if isinstance(n, Scan))  # every table listed at once
@@ -452,15 +458,25 @@ class LazyFrame:
         return frame
 
     def sink_parquet(
-        self, path: str | Path, max_rows_per_file: int | None = None, overwrite: bool = False, config: Config | None = None, executor: Executor | None = None
+        self,
+        path: str | Path,
+        max_rows_per_file: int | None = None,
+        overwrite: bool = False,
+        config: Config | None = None,
+        executor: Executor | None = None,
+        compression: str = "zstd",
     ) -> list[str]:
-        """Run the query and write its rows as Parquet part files under ``path`` (a folder/prefix).
+        """Run the query and write its rows as Parquet part files under ``path`` (a folder/prefix),
+        compressed with ``compression`` (as Polars' ``sink_parquet``: "zstd", its default,
+        "snappy", "lz4", "gzip", "brotli" or "uncompressed").
 
         Files are named ``part-<task>-<run tag>[-<n>].parquet`` in row order and listed by the
         ``_SUCCESS`` manifest, written last: the one commit point. On failure nothing changes under
         ``path`` (an old output stays as it was).
         """
-        return self._sink(path, "parquet", max_rows_per_file, overwrite, config, executor)
+        if compression not in PARQUET_COMPRESSIONS:
+            raise ConfigError(f"sink_parquet: compression {compression!r} is not one of {', '.join(PARQUET_COMPRESSIONS)}")
+        return self._sink(path, "parquet", max_rows_per_file, overwrite, config, executor, compression=compression)
 
     def sink_csv(
         self, path: str | Path, max_rows_per_file: int | None = None, overwrite: bool = False, config: Config | None = None, executor: Executor | None = None
@@ -473,9 +489,11 @@ class LazyFrame:
         """
         return self._sink(path, "csv", max_rows_per_file, overwrite, config, executor)
 
-    def _sink(self, path: str | Path, fmt: str, max_rows_per_file: int | None, overwrite: bool, config: Config | None, executor: Executor | None, job: str = "query") -> list[str]:
+    def _sink(
+        self, path: str | Path, fmt: str, max_rows_per_file: int | None, overwrite: bool, config: Config | None, executor: Executor | None, job: str = "query", compression: str = "zstd"
+    ) -> list[str]:
         location = parse_location(path)
-        _, _, result = self._run(None, config, executor, read=False, job=job, output=_Output(location, fmt, max_rows_per_file, overwrite))
+        _, _, result = self._run(None, config, executor, read=False, job=job, output=_Output(location, fmt, max_rows_per_file, overwrite, compression))
         return [str(location.join(f)) for f in result.files]
 
 

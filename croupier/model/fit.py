@@ -62,10 +62,12 @@ BOOTSTRAP = 100
 #: Phase kinds whose requests are reads, writes, or both (an exchange level passes data on).
 READ_PREFIX, WRITE_PREFIX, BOTH = "read:", "write:", ("regroup",)
 #: Fallback keys fitted from all kinds of a family, for kinds a later run has that the fit never saw.
-FAMILIES = ("read:", "write:", "")
+FAMILIES = ("read:parquet", "read:", "write:", "")
 #: Kinds that say nothing of what their family's unseen kinds cost: a broadcast side a function
 #: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured.
 NOT_A_FAMILY = frozenset({"read:cached"})
+
+
 def cold(observation: Observation) -> bool:
     """Whether any phase of a stage ran cold (:func:`croupier.report.cold_phase`)."""
     return any(cold_phase(v) for v in observation.phases.values())
@@ -339,7 +341,8 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
             compute[k], calls[k] = per_signature(*_warm(d, rows, [j]), _known(calls[base_kind(k)], base.call_cost(k)))
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
         js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
-        if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
+        if js and family not in compute:  # (a kind of that very name, "read:parquet" from older reports, is its own)
+            # per byte: all the family's time over all its bytes; per call: the median kind's
             b, _, t = _warm(d, rows, js)
             compute[family] = robust_ratio(b, t)
             known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
