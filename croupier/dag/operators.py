@@ -24,7 +24,7 @@ import polars as pl
 from croupier.expr import Expr
 from croupier.expr.functions import polars_agg
 from croupier.expr.nodes import Alias, Col
-from croupier.model.profile import signed_kind
+from croupier.model.profile import signed_kind, widened
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns, sort_order, take
 
 #: Aggregation functions a stage can run, by name.
@@ -63,10 +63,17 @@ class Operator(ABC):
         raise NotImplementedError(f"{type(self).__name__} runs eagerly only")
 
     @property
+    def expressions(self) -> int:
+        """How many expressions (output columns, aggregates, sort keys) it asks Polars to plan
+        and run: a call's fixed cost grows with them (:func:`croupier.model.profile.call_weight`)."""
+        return 1
+
+    @property
     def cost_kind(self) -> str:
         """The phase kind its tasks report: ``kind`` signed with what it computes (its
-        description), so the model learns this operator's cost apart from its kind's average."""
-        return signed_kind(self.kind, self.describe())
+        description), so the model learns this operator's cost apart from its kind's average,
+        and with how many expressions it runs (:func:`croupier.model.profile.widened`)."""
+        return widened(signed_kind(self.kind, self.describe()), self.expressions)
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,10 @@ class Select(Operator):
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         return lf.select([e.to_polars() for e in self.exprs])
 
+    @property
+    def expressions(self) -> int:
+        return max(1, len(self.exprs))
+
     def describe(self) -> str:
         return "select " + ", ".join(e.show() for e in self.exprs)
 
@@ -166,6 +177,10 @@ class WithColumns(Operator):
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         return lf.with_columns([e.to_polars() for e in self.exprs])
+
+    @property
+    def expressions(self) -> int:
+        return max(1, len(self.exprs))
 
     def describe(self) -> str:
         return "with_columns " + ", ".join(e.show() for e in self.exprs)
@@ -268,6 +283,10 @@ class Aggregate(Operator):
             exprs.append(e.cast(target.schema[a.out]).alias(a.out))
         return df.select(exprs)
 
+    @property
+    def expressions(self) -> int:
+        return max(1, len(self.keys) + len(self.aggs))
+
     def describe(self) -> str:
         aggs = ", ".join(f"{a.fn}({a.column or '*'}) as {a.out}" for a in self.aggs)
         return f"aggregate by [{', '.join(self.keys)}]: {aggs}"
@@ -325,6 +344,10 @@ class Sort(Operator):
         nulls = list(self.nulls_last) if isinstance(self.nulls_last, tuple) else self.nulls_last
         return lf.sort([e.to_polars() for e in self.by], descending=list(self.descending), nulls_last=nulls, maintain_order=True)
 
+    @property
+    def expressions(self) -> int:
+        return max(1, len(self.by))
+
     def describe(self) -> str:
         keys = ", ".join(f"{e.show()}{' desc' if d else ''}" for e, d in zip(self.by, self.descending))
         return f"sort by {keys}"
@@ -370,6 +393,10 @@ class Window(Operator):
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         return lf.with_columns(window_exprs(self.exprs, self.partition_by, self.order_by, self.descending, self.nulls_last))
+
+    @property
+    def expressions(self) -> int:
+        return max(1, len(self.exprs))
 
     def describe(self) -> str:
         order = f" order by {', '.join(self.order_by)}" if self.order_by else ""
@@ -471,6 +498,10 @@ class Fused(Operator):
 
     def for_task(self, index: int) -> Operator:
         return Fused(tuple(op.for_task(index) for op in self.steps))
+
+    @property
+    def expressions(self) -> int:
+        return sum(op.expressions for op in self.steps)
 
     def describe(self) -> str:
         return " | ".join(op.describe() for op in self.steps)

@@ -52,7 +52,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from croupier.model.profile import SIGNATURE, Curve, StorageProfile, base_kind
+from croupier.model.profile import SIGNATURE, Curve, StorageProfile, base_kind, call_weight
 from croupier.report import cold_phase
 from croupier.model.stage import StageFacts, phase_calls, predict_stage
 
@@ -296,7 +296,7 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
                 b_io += io
             chilled[i, index[kind]] |= cold_phase((b, wall, req, *rest))
             nbytes[i, index[kind]] += b
-            calls[i, index[kind]] += phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
+            calls[i, index[kind]] += phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks) * call_weight(kind)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
                       task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall,

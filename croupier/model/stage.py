@@ -46,7 +46,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Mapping
 
 from croupier.exchange.move import FETCH_THREADS
-from croupier.model.profile import StorageProfile
+from croupier.model.profile import StorageProfile, call_weight
 
 #: z of the two-sided 90% range.
 Z90 = 1.645
@@ -235,10 +235,11 @@ def phase_calls(facts: StageFacts, kind: str) -> float:
     """How many times a stage pays phase ``kind``'s fixed cost: an exchange read once per object it
     fetches (each is opened and decoded apart: a consumer of 12 producers pays it 12 times, which
     a cost per task under-predicted several-fold on TPC-H), every other kind once per call. (Not
-    once per task: a task that found a broadcast side kept by its function decodes nothing.)"""
+    once per task: a task that found a broadcast side kept by its function decodes nothing.) An
+    operator's call counts for more the more expressions it runs (:func:`call_weight`)."""
     if kind.startswith("read:exchange") and facts.exchange_reads > 0:
         return float(max(facts.exchange_reads, facts.calls.get(kind, facts.tasks)))
-    return facts.calls.get(kind, max(1, facts.tasks))
+    return facts.calls.get(kind, max(1, facts.tasks)) * call_weight(kind)
 
 
 def kind_seconds(facts: StageFacts, profile: StorageProfile) -> tuple[dict[str, float], dict[str, float]]:
