@@ -190,6 +190,11 @@ def test_phases_of_cold_functions_are_left_out_of_the_fit() -> None:
     # where nothing ran warm (a platform with a fresh process per call), the cold phases are what
     # there is to learn from: a fit over them alone still recovers every coefficient
     assert_recovered(fit([_cold(o, 1.0) for o in observations], wrong(truth()), bootstrap=5).profile, 1e-6)
+    # an operator seen only in a session's cold first run is priced by its kind, not by that run
+    signed = _signed(observations[:12], "0badc0de", 3.0)
+    learned = fit(observations + [_cold(o, 2.0) for o in signed], wrong(truth()), bootstrap=5).profile
+    assert "hash_aggregate#0badc0de" not in learned.compute
+    assert learned.compute_cost("hash_aggregate#0badc0de") == pytest.approx(truth().compute["hash_aggregate"], rel=1e-6)
 
 
 def test_a_term_the_data_cannot_tell_keeps_the_base_value() -> None:

@@ -333,12 +333,18 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     groups: dict[str, list[int]] = {}
     for j, k in enumerate(d.kinds):
         groups.setdefault(base_kind(k), []).append(j)
+    warm_kinds = set()
     for kind, js in groups.items():  # each kind from all its operators' phases
         b, n, t = _warm(d, rows, js)
         compute[kind], calls[kind] = per_kind(b, n, t)
+        if _any_warm(d, rows, js):
+            warm_kinds.add(kind)
     for j, k in enumerate(d.kinds):  # each operator signature from its own
         if k not in compute:
-            compute[k], calls[k] = per_signature(*_warm(d, rows, [j]), _known(calls[base_kind(k)], base.call_cost(k)))
+            # only from warm phases where its kind ran warm anywhere: a signature seen only in a
+            # session's cold first run is priced by its kind until it runs warm
+            cold_only = base_kind(k) in warm_kinds and not _any_warm(d, rows, [j])
+            compute[k], calls[k] = (math.nan, math.nan) if cold_only else per_signature(*_warm(d, rows, [j]), _known(calls[base_kind(k)], base.call_cost(k)))
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
         js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
         if js and family not in compute:  # (a kind of that very name, "read:parquet" from older reports, is its own)
@@ -358,14 +364,19 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
 
 
+def _any_warm(d: Design, rows: np.ndarray, js: list[int]) -> bool:
+    """Whether any phase of the kinds ``js`` in ``rows`` ran warm."""
+    return bool(((d.bytes[rows][:, js] + d.calls[rows][:, js]) * ~d.chilled[rows][:, js]).any())
+
+
 def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bytes, calls and cpu seconds per observation of ``rows`` over the kinds ``js``, from their
     warm phases only when there are any: a cold function's phases measure its memory too (module
     docstring). Where every phase of them ran cold (a platform that starts a fresh process for
     every call), those are what there is to learn from."""
     b, n, t = d.bytes[rows][:, js], d.calls[rows][:, js], d.cpu[rows][:, js]
-    warm = ~d.chilled[rows][:, js]
-    if ((b + n) * warm).any():
+    if _any_warm(d, rows, js):
+        warm = ~d.chilled[rows][:, js]
         b, n, t = b * warm, n * warm, t * warm
     return b.sum(axis=1), n.sum(axis=1), t.sum(axis=1)
 
