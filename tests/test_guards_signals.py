@@ -102,7 +102,7 @@ def test_sigkill_of_every_process_then_clean(sort_input: tuple[str, Config]) -> 
     """SIGKILL the driver: its workers exit by themselves, quietly; kill what is left too; once the
     run's lease has expired, ``croupier clean`` removes every object the run left, partial ones too."""
     url, config = sort_input
-    env = _env(config, CROUPIER_LEASE="2s")
+    env = _env(config, CROUPIER_LEASE="1s")  # as test_clean_lease's killed CLI sort: a lease renewed every 1/3 s
     proc = _start([*CLI, "sort", f"{url}/in", f"{url}/out"], env)
     _wait_for_work(f"{url}/out", config, proc, 0.1)
     proc.kill()  # the driver only: the workers must notice and go
@@ -115,7 +115,7 @@ def test_sigkill_of_every_process_then_clean(sort_input: tuple[str, Config]) -> 
     left = _keys(f"{url}/out", config)
     assert any(k.startswith("_croupier_tmp/") for k in left) and "_croupier_lock" in left
     assert "_SUCCESS" not in left
-    time.sleep(4.5)  # the 2 s lease lapses, and is dead a period later
+    time.sleep(2.2)  # the 1 s lease lapses, and is dead a period later
     clean = subprocess.run([*CLI, "clean", f"{url}/out"], env=env, capture_output=True, text=True, timeout=60)
     assert clean.returncode == 0, clean.stderr
     assert "deleted run" in clean.stdout and "writer lock of dead run" in clean.stdout, clean.stdout
