@@ -169,7 +169,7 @@ def test_first_touch_is_the_base_profiles_never_fitted() -> None:
 def _cold(o: Observation, slowdown: float) -> Observation:
     """``o`` as a cold function ran it: every phase touched as much fresh memory as its bytes and
     took ``slowdown`` times as long, and so did the stage."""
-    phases = {k: (b, wall * slowdown, io, calls, max(b, 2.0**21)) for k, (b, wall, io, calls, *_) in o.phases.items()}
+    phases = {k: (b, wall * slowdown, io, calls, max(b, calls * 2.0**21)) for k, (b, wall, io, calls, *_) in o.phases.items()}
     return replace(o, phases=phases, wall=o.wall * slowdown)
 
 
@@ -186,6 +186,7 @@ def test_phases_of_cold_functions_are_left_out_of_the_fit() -> None:
     assert result.profile.fit["cold_stages"] == 21 and result.mape < 1e-6
     assert not cold_phase((100e6, 1.0, 0.0, 4.0, 4e6)) and not cold_phase((0.0, 0.01, 0.0, 1.0, 5e5))  # under 5%; under 1 MiB
     assert cold_phase((100e6, 1.0, 0.0, 4.0, 6e6)) and cold_phase((0.0, 0.01, 0.0, 1.0, 2e6))
+    assert not cold_phase((1e6, 0.1, 0.0, 16.0, 2e6))  # 16 calls of 125 KB each: warm calls touch that much
     assert not cold_phase((100e6, 1.0, 0.0, 4.0))  # an older report, without fresh memory: warm
     # where nothing ran warm (a platform with a fresh process per call), the cold phases are what
     # there is to learn from: a fit over them alone still recovers every coefficient

@@ -341,10 +341,11 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
         _generate("gen-gensort", n, parts, seed, OutputSink(f"{url}/in-gensort", "records-gensort", "cal")),
         _generate("gen-parquet", n, parts, seed + 1, OutputSink(f"{url}/in-parquet", "records-parquet", "cal")),
     )))  # fmt: skip
-    groups = max(1, sizes.rows // 4)
     # the table twice, half the rows each, compressed as Polars writes Parquet (zstd) and as
-    # pyarrow, DuckDB and Spark do (snappy): decoding costs depend on it (ScanSpec.kind_for)
+    # pyarrow, DuckDB and Spark do (snappy): decoding costs depend on it (ScanSpec.cost_kind);
+    # k_many has one group per 4 rows of each
     half = max(1, sizes.rows // 2)
+    groups = max(1, half // 4)
     run(Job("table", (_generate("gen-table", half, max(1, parts // 2), seed + 2, OutputSink(f"{url}/table", "parquet", "cal"), (SyntheticTable(groups),)),)))
     run(Job("table-snappy", (_generate("gen-table-snappy", half, max(1, parts // 2), seed + 6, OutputSink(f"{url}/table-snappy", "parquet", "cal", compression="snappy"), (SyntheticTable(groups),)),)))
     run(Job("dim", (_generate("gen-dim", groups, max(1, parts // 2), seed + 3, OutputSink(f"{url}/dim", "parquet", "cal"), (SyntheticTable(groups), Select((col("k_many"), col("v").alias("x"))))),)))

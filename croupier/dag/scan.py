@@ -154,9 +154,17 @@ def parquet_schema(store: Store, obj: ObjectInfo) -> pl.Schema:
     return pl.Schema(pl.from_arrow(meta.schema.to_arrow_schema().empty_table()).schema)  # type: ignore[union-attr]
 
 
-def parquet_file_codec(store: Store, obj: ObjectInfo) -> str:
-    """The compression of one Parquet object (:func:`parquet_codec`), from its footer."""
-    return parquet_codec(_footer(store, obj))
+def parquet_facts(store: Store, objects: Sequence[ObjectInfo]) -> tuple[pl.Schema, str]:
+    """The schema of a Parquet scan's first object, and its data's compression (:func:`parquet_codec`):
+    that of the first object with any row groups (an empty part file, as Spark and Polars write,
+    says nothing of it); "" when none has any."""
+    meta = _footer(store, objects[0])
+    schema = pl.Schema(pl.from_arrow(meta.schema.to_arrow_schema().empty_table()).schema)  # type: ignore[union-attr]
+    for obj in objects:
+        codec = parquet_codec(meta if obj is objects[0] else _footer(store, obj))
+        if codec:
+            return schema, codec
+    return schema, ""
 
 
 def csv_schema(store: Store, obj: ObjectInfo, options: CsvOptions) -> pl.Schema:

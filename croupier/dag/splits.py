@@ -17,7 +17,7 @@ import polars as pl
 from croupier.config import Config
 import pyarrow.parquet as pq
 
-from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_file_codec, parquet_schema, parquet_splits, read_footers, resolve
+from croupier.dag.scan import ScanSpec, Split, byte_splits, check_gensort, csv_schema, gensort_schema, parquet_facts, parquet_splits, read_footers, resolve
 from croupier.storage import ObjectInfo, parse_location
 from croupier.dag.stage import ScanSource
 
@@ -165,7 +165,7 @@ def scan_facts(spec: ScanSpec, run: Any) -> tuple[pl.Schema, str]:
     base, objects = resolve(spec.url, run.store)
     store = run.store(base)
     if spec.format == "parquet":
-        return parquet_schema(store, objects[0]), parquet_file_codec(store, objects[0])
+        return parquet_facts(store, objects)
     return _other_schema(spec, store, objects), ""
 
 

@@ -21,7 +21,7 @@ from croupier.dag.run import make_executor
 from croupier.errors import ConfigError
 from croupier.model.cache import Entry, ProfileCache, machine_id, store_key
 from croupier.model.fit import FitResult, Observation, fit, observations_from_report
-from croupier.model.profile import SIGNATURE, StorageProfile, base_kind
+from croupier.model.profile import EXPRESSIONS_PER_CALL, SIGNATURE, StorageProfile, base_kind
 from croupier.storage.location import parse_location
 
 
@@ -81,7 +81,7 @@ def describe(profile: StorageProfile) -> str:
     else:
         lines.append("  no imbalance term (every stage's tasks taken as equal)")
     lines.append(f"  storage terms: read x{pm('read_scale', profile.read_scale, 1, '')}, write x{pm('write_scale', profile.write_scale, 1, '')} of the grid's")
-    lines.append("  compute per phase kind on one core: ns per byte, and ms per call (a phase's fixed cost in each task):")
+    lines.append(f"  compute per phase kind on one core: ns per byte, and ms per call (a phase's fixed cost in each task; an operator's call weighs 1 + its expressions / {EXPRESSIONS_PER_CALL:g}):")
     kinds = set(profile.compute) | set(profile.call_seconds)
     for kind in sorted(k for k in kinds if SIGNATURE not in k):
         per_byte = pm("compute:" + kind, profile.compute[kind], 1e9, "ns/B") if kind in profile.compute else "-"

@@ -72,8 +72,11 @@ def _safe(text: str) -> str:
 #: and scans hand on a chunk per row group, so reads measured before cost a third more; 4: a
 #: stage's frame operators run as one lazy Polars query, and report one phase for all of them;
 #: 5: a Parquet read evaluates its scan's comparisons while decoding, so a read phase holds a
-#: filter's work and the filter phase is gone, and small exchange writes cost less per call).
-WORKLOAD = 5
+#: filter's work and the filter phase is gone, and small exchange writes cost less per call;
+#: 6: Parquet reads are kinds per codec and the table is written in two, operator calls weigh
+#: their expressions, and phases say how much fresh memory they faulted in, so that cold ones
+#: are left out: an older calibration's kinds and per-call costs mean something else).
+WORKLOAD = 6
 
 
 @dataclass

@@ -62,7 +62,10 @@ BOOTSTRAP = 100
 #: Phase kinds whose requests are reads, writes, or both (an exchange level passes data on).
 READ_PREFIX, WRITE_PREFIX, BOTH = "read:", "write:", ("regroup",)
 #: Fallback keys fitted from all kinds of a family, for kinds a later run has that the fit never saw.
-FAMILIES = ("read:parquet", "read:", "write:", "")
+FAMILIES = ("read:", "write:", "")
+#: Narrower fallbacks, over every kind they prefix (their families keep those kinds too): a
+#: Parquet read of a codec never measured is priced as all Parquet reads measured.
+SUBFAMILIES = ("read:parquet",)
 #: Kinds that say nothing of what their family's unseen kinds cost: a broadcast side a function
 #: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured.
 NOT_A_FAMILY = frozenset({"read:cached"})
@@ -253,7 +256,8 @@ class Design:
 
     kinds: list[str]
     bytes: np.ndarray  # (n, kinds): bytes per kind
-    calls: np.ndarray  # (n, kinds): calls per kind (one per task that ran the phase)
+    calls: np.ndarray  # (n, kinds): calls per kind (one per task that ran the phase), weighed (stage.phase_calls)
+    raw: np.ndarray  # (n, kinds): the calls themselves (what a call moves is bytes per raw call)
     cpu: np.ndarray  # (n, kinds): phase wall - request seconds, task-seconds
     chilled: np.ndarray  # (n, kinds): the phase ran cold (croupier.report.cold_phase)
     read_io: np.ndarray  # (n,): request seconds of read phases, task-seconds
@@ -267,7 +271,7 @@ class Design:
     task_bytes: np.ndarray  # largest phase bytes / tasks
     busy: np.ndarray  # (n,): measured wall seconds of all phases, task-seconds
     wall: np.ndarray
-    cold: np.ndarray  # (n,): 1 where a phase ran in a function still faulting its memory in (:func:`cold`)
+    stage_cold: np.ndarray  # (n,): 1 where a phase ran in a function still faulting its memory in (:func:`cold`)
 
 
 def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
@@ -277,7 +281,8 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
     n = len(observations)
     nbytes, calls, cpu = np.zeros((n, len(kinds))), np.zeros((n, len(kinds))), np.zeros((n, len(kinds)))
     chilled = np.zeros((n, len(kinds)), dtype=bool)
-    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "busy", "wall", "cold")}
+    raw = np.zeros((n, len(kinds)))
+    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "busy", "wall", "stage_cold")}
     unit = replace(base, read_scale=1.0, write_scale=1.0)
     for i, o in enumerate(observations):
         tasks = max(1, o.facts.tasks)
@@ -296,14 +301,16 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
                 b_io += io
             chilled[i, index[kind]] |= cold_phase((b, wall, req, *rest))
             nbytes[i, index[kind]] += b
-            calls[i, index[kind]] += phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks) * call_weight(kind)
+            made = phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
+            raw[i, index[kind]] += made
+            calls[i, index[kind]] += made if kind.startswith("read:exchange") else made * call_weight(kind)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
                       task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall,
-                      cold=float(cold(o)))  # fmt: skip
+                      stage_cold=float(cold(o)))  # fmt: skip
         for name, v in values.items():
             cols[name][i] = v
-    return Design(kinds, nbytes, calls, cpu, chilled, **cols)
+    return Design(kinds, nbytes, calls, raw, cpu, chilled, **cols)
 
 
 # --- the fit ------------------------------------------------------------------------------------
@@ -335,8 +342,7 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
         groups.setdefault(base_kind(k), []).append(j)
     warm_kinds = set()
     for kind, js in groups.items():  # each kind from all its operators' phases
-        b, n, t = _warm(d, rows, js)
-        compute[kind], calls[kind] = per_kind(b, n, t)
+        compute[kind], calls[kind] = per_kind(*_warm(d, rows, js))
         if _any_warm(d, rows, js):
             warm_kinds.add(kind)
     for j, k in enumerate(d.kinds):  # each operator signature from its own
@@ -344,18 +350,19 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
             # only from warm phases where its kind ran warm anywhere: a signature seen only in a
             # session's cold first run is priced by its kind until it runs warm
             cold_only = base_kind(k) in warm_kinds and not _any_warm(d, rows, [j])
-            compute[k], calls[k] = (math.nan, math.nan) if cold_only else per_signature(*_warm(d, rows, [j]), _known(calls[base_kind(k)], base.call_cost(k)))
+            b, n, t, r = _warm(d, rows, [j])
+            compute[k], calls[k] = (math.nan, math.nan) if cold_only else per_signature(b, n, t, _known(calls[base_kind(k)], base.call_cost(k)), r)
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
         js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
-        if js and family not in compute:  # (a kind of that very name, "read:parquet" from older reports, is its own)
-            # per byte: all the family's time over all its bytes; per call: the median kind's
-            b, _, t = _warm(d, rows, js)
-            compute[family] = robust_ratio(b, t)
-            known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
-            calls[family] = float(np.median(known)) if known else math.nan
+        if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
+            compute[family], calls[family] = _family(d, rows, js, calls)
+    for family in SUBFAMILIES:  # (a kind of that very name, "read:parquet" of older reports, is its own)
+        js = [j for j, k in enumerate(d.kinds) if k.startswith(family)]
+        if js and family not in compute:
+            compute[family], calls[family] = _family(d, rows, js, calls)
     read_scale, write_scale = _fit_scales(d, rows)
-    warm = rows[d.cold[rows] == 0]
-    if len(warm) >= 3:  # step 3 from warm stages: cold tasks end late (imbalance) for their memory's sake
+    warm = rows[d.stage_cold[rows] == 0]
+    if len(np.unique(warm)) >= 3:  # (a bootstrap sample repeats stages)  # step 3 from warm stages: cold tasks end late (imbalance) for their memory's sake
         rows = warm
     touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
     work = d.pack[rows] * d.busy[rows] / d.c[rows]  # each function's measured phase time
@@ -364,21 +371,29 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     return Coefficients(compute, calls, read_scale, write_scale, t0, t1, g)
 
 
+def _family(d: Design, rows: np.ndarray, js: list[int], calls: Mapping[str, float]) -> tuple[float, float]:
+    """A fallback over the kinds ``js``: per byte, all their time over all their bytes; per call,
+    the median of their per-call costs."""
+    b, _, t, _ = _warm(d, rows, js)
+    known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
+    return robust_ratio(b, t), (float(np.median(known)) if known else math.nan)
+
+
 def _any_warm(d: Design, rows: np.ndarray, js: list[int]) -> bool:
     """Whether any phase of the kinds ``js`` in ``rows`` ran warm."""
     return bool(((d.bytes[rows][:, js] + d.calls[rows][:, js]) * ~d.chilled[rows][:, js]).any())
 
 
-def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bytes, calls and cpu seconds per observation of ``rows`` over the kinds ``js``, from their
+def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes, weighed calls, cpu seconds and calls per observation of ``rows`` over the kinds ``js``, from their
     warm phases only when there are any: a cold function's phases measure its memory too (module
     docstring). Where every phase of them ran cold (a platform that starts a fresh process for
     every call), those are what there is to learn from."""
-    b, n, t = d.bytes[rows][:, js], d.calls[rows][:, js], d.cpu[rows][:, js]
+    b, n, t, r = d.bytes[rows][:, js], d.calls[rows][:, js], d.cpu[rows][:, js], d.raw[rows][:, js]
     if _any_warm(d, rows, js):
         warm = ~d.chilled[rows][:, js]
-        b, n, t = b * warm, n * warm, t * warm
-    return b.sum(axis=1), n.sum(axis=1), t.sum(axis=1)
+        b, n, t, r = b * warm, n * warm, t * warm, r * warm
+    return b.sum(axis=1), n.sum(axis=1), t.sum(axis=1), r.sum(axis=1)
 
 
 #: Bytes per call below which a kind whose calls all move about as much is priced per call (every
@@ -386,19 +401,22 @@ def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.nd
 SMALL_CALL = 64 << 10
 
 
-def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[float, float]:
+def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray, raw: np.ndarray | None = None) -> tuple[float, float]:
     """(c, d) in cpu = c * bytes + d * calls, robustly, >= 0, every observation by its % error.
     When bytes per call hardly vary the two cannot be told apart: then c alone (d NaN), or d
     alone (c NaN) for a kind that never moves bytes or moves only a few per call (below
     :data:`SMALL_CALL`: what such a call takes is its fixed cost; read per byte, a gathered
-    query tail of a few hundred bytes per call came out at 1,000 ns/B)."""
+    query tail of a few hundred bytes per call came out at 1,000 ns/B). ``calls`` may be weighed
+    (:func:`croupier.model.stage.phase_calls`); ``raw``, the calls themselves (default: the
+    same), say what a call moves."""
+    raw = calls if raw is None else raw
     keep = (calls > 0) | (nbytes > 0)
-    nbytes, calls, cpu = nbytes[keep], calls[keep], cpu[keep]
+    nbytes, calls, cpu, raw = nbytes[keep], calls[keep], cpu[keep], raw[keep]
     if not len(cpu):
         return math.nan, math.nan
     if nbytes.sum() <= 0:
         return math.nan, robust_ratio(calls, cpu)
-    per_call = nbytes[calls > 0] / calls[calls > 0]
+    per_call = nbytes[raw > 0] / raw[raw > 0]
     if len(per_call) < 3 or per_call.min() <= 0 or per_call.max() < 2 * per_call.min():
         if len(per_call) and per_call.max() < SMALL_CALL:
             return math.nan, robust_ratio(calls, cpu)
@@ -413,11 +431,11 @@ def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray) -> tuple[fl
     return float(sol[0]), float(sol[1])
 
 
-def per_signature(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray, per_call: float) -> tuple[float, float]:
+def per_signature(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray, per_call: float, raw: np.ndarray | None = None) -> tuple[float, float]:
     """(c, d) of one operator signature: as :func:`per_kind`; when its bytes per call hardly vary
     (one query's stage, run again: the usual case), d is its kind's ``per_call`` and c what is
     left per byte, so the fixed cost is not counted twice (once in c, once in the kind's d)."""
-    c, d = per_kind(nbytes, calls, cpu)
+    c, d = per_kind(nbytes, calls, cpu, raw)
     if math.isnan(d) and not math.isnan(c):
         c = robust_ratio(nbytes, np.maximum(0.0, cpu - per_call * calls))
     return c, d
@@ -528,7 +546,7 @@ def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: in
     residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in judged])
     spread = 1.4826 * float(np.median(np.abs(residuals))) if len(residuals) else base.residual
     mape = 100 * float(np.mean(np.abs(residuals))) if len(residuals) else math.nan
-    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n, cold_stages=int(d.cold.sum())))
+    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n, cold_stages=int(d.stage_cold.sum())))
     return FitResult(profile, estimates, errors, mape, n)
 
 

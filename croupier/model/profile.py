@@ -243,8 +243,8 @@ def call_weight(kind: str) -> float:
     EXPRESSIONS_PER_CALL for an operator marked with its expressions (:func:`widened`), else 1
     (reads and writes: their fixed costs do not depend on expressions). A per-call cost is then
     the cost of a call of (next to) no expressions, and a wide operator pays more per call."""
-    _, mark, width = kind.rpartition(WIDTH)
-    if not mark or SIGNATURE not in _:
+    signed, mark, width = kind.rpartition(WIDTH)
+    if not mark or SIGNATURE not in signed:
         return 1.0
     try:
         return 1.0 + int(width) / EXPRESSIONS_PER_CALL
