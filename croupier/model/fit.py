@@ -351,7 +351,14 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
             # session's cold first run is priced by its kind until it runs warm
             cold_only = base_kind(k) in warm_kinds and not _any_warm(d, rows, [j])
             b, n, t, r = _warm(d, rows, [j])
-            compute[k], calls[k] = (math.nan, math.nan) if cold_only else per_signature(b, n, t, _known(calls[base_kind(k)], base.call_cost(k)), r)
+            if cold_only:
+                compute[k], calls[k] = math.nan, math.nan
+                continue
+            kind_c, kind_d = _known(compute[base_kind(k)], base.compute_cost(k)), _known(calls[base_kind(k)], base.call_cost(k))
+            own_c, own_d = per_signature(b, n, t, kind_d, r)
+            w = float(t.sum()) / (float(t.sum()) + SIGNATURE_SECONDS)  # what its own time can tell
+            compute[k] = own_c if math.isnan(own_c) else w * own_c + (1 - w) * kind_c
+            calls[k] = own_d if math.isnan(own_d) else w * own_d + (1 - w) * kind_d
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
         js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
         if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
@@ -394,6 +401,13 @@ def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.nd
         warm = ~d.chilled[rows][:, js]
         b, n, t, r = b * warm, n * warm, t * warm, r * warm
     return b.sum(axis=1), n.sum(axis=1), t.sum(axis=1), r.sum(axis=1)
+
+
+#: Core-seconds of an operator signature's phases at which its own cost counts as much as its
+#: kind's: a signature is priced between the two by how much of its time was measured, so that
+#: one run of a query's 4 ms final stage (which a warm-up run's first calls make 2x slower) does
+#: not price it at that, while a stage of 100 ms is priced by itself.
+SIGNATURE_SECONDS = 0.02
 
 
 #: Bytes per call below which a kind whose calls all move about as much is priced per call (every
