@@ -174,29 +174,28 @@ def _cold(o: Observation, slowdown: float) -> Observation:
     return replace(o, phases=phases, wall=o.wall * slowdown)
 
 
-def test_phases_of_cold_functions_are_left_out_of_the_fit() -> None:
+def test_a_runs_stages_in_cold_functions_are_not_learned_from() -> None:
     """A function's first tasks fault their memory in (a TPC-H Q1 task: 390 ms cold, 120 warm).
-    Stages whose phases say they touched about as much fresh memory as their data are left out of
-    every step, so a fit over warm stages and one stage in four run cold (twice as slow) still
-    recovers every coefficient; a phase that touched a little fresh memory counts as warm."""
+    A run's stages whose phases touched about as much fresh memory as their data are not learned
+    from (a phase that touched a little counts as warm), unless all of them are (a platform with
+    a fresh process per call: that is all there is to learn from)."""
+    from croupier.model.cache import Entry, learn
+
     observations = synthetic(truth())
-    mixed = [_cold(o, 2.0) if i % 4 == 0 else o for i, o in enumerate(observations)]
-    assert sum(cold(o) for o in mixed) == 21 and not any(cold(o) for o in observations)
-    result = fit(mixed, wrong(truth()), bootstrap=5)
-    assert_recovered(result.profile, 1e-6)
-    assert result.profile.fit["cold_stages"] == 21 and result.mape < 1e-6
+    entry = Entry(fit(observations, wrong(truth()), bootstrap=5).profile, observations)
+    run = [_cold(o, 2.0) if i % 2 == 0 else o for i, o in enumerate(observations[:12])]
+    assert sum(cold(o) for o in run) == 6 and not any(cold(o) for o in observations)
+    learned = learn(entry, run, bootstrap=5)
+    assert len(learned.history) == 6 and not any(cold(o) for o in learned.history)
+    assert_recovered(learned.profile, 1e-6)  # the cold ones, twice as slow, would have moved it
+    assert len(learn(entry, [_cold(o, 1.0) for o in observations[:12]], bootstrap=5).history) == 12
+    # an operator seen only in a session's cold first run keeps its kind's price
+    signed = _signed(observations[:12], "0badc0de", 3.0)
+    assert "hash_aggregate#0badc0de" not in learn(entry, [_cold(o, 2.0) for o in signed] + observations[12:14], bootstrap=5).profile.compute
     assert not cold_phase((100e6, 1.0, 0.0, 4.0, 4e6)) and not cold_phase((0.0, 0.01, 0.0, 1.0, 5e5))  # under 5%; under 1 MiB
     assert cold_phase((100e6, 1.0, 0.0, 4.0, 6e6)) and cold_phase((0.0, 0.01, 0.0, 1.0, 2e6))
     assert not cold_phase((1e6, 0.1, 0.0, 16.0, 2e6))  # 16 calls of 125 KB each: warm calls touch that much
     assert not cold_phase((100e6, 1.0, 0.0, 4.0))  # an older report, without fresh memory: warm
-    # where nothing ran warm (a platform with a fresh process per call), the cold phases are what
-    # there is to learn from: a fit over them alone still recovers every coefficient
-    assert_recovered(fit([_cold(o, 1.0) for o in observations], wrong(truth()), bootstrap=5).profile, 1e-6)
-    # an operator seen only in a session's cold first run is priced by its kind, not by that run
-    signed = _signed(observations[:12], "0badc0de", 3.0)
-    learned = fit(observations + [_cold(o, 2.0) for o in signed], wrong(truth()), bootstrap=5).profile
-    assert "hash_aggregate#0badc0de" not in learned.compute
-    assert learned.compute_cost("hash_aggregate#0badc0de") == pytest.approx(truth().compute["hash_aggregate"], rel=1e-6)
 
 
 def test_a_term_the_data_cannot_tell_keeps_the_base_value() -> None:

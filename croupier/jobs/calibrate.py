@@ -20,7 +20,7 @@ from croupier.dag.calibration import FULL, QUICK, Calibration, Sizes, calibrate_
 from croupier.dag.run import make_executor
 from croupier.errors import ConfigError
 from croupier.model.cache import Entry, ProfileCache, machine_id, store_key
-from croupier.model.fit import FitResult, Observation, fit, observations_from_report
+from croupier.model.fit import FitResult, Observation, fit, observations_from_report, warm_only
 from croupier.model.profile import EXPRESSIONS_PER_CALL, SIGNATURE, StorageProfile, base_kind
 from croupier.storage.location import parse_location
 
@@ -56,7 +56,7 @@ def from_reports(paths: Iterable[str | Path], base: StorageProfile, concurrency:
         observations += observations_from_report(report, int(ran), str(report.get("run_id", path)))
     if not observations:
         raise ConfigError("the reports hold no stages to fit (write them with --report from runs of this version)")
-    result = fit(observations, base)
+    result = fit(warm_only(observations), base)
     return replace(result, profile=replace(result.profile, revision=base.revision + 1, source=base.source + f"; refitted from {len(observations)} stages of run reports"))
 
 

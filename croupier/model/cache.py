@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from croupier.errors import ConfigError
-from croupier.model.fit import Observation, fit
+from croupier.model.fit import Observation, fit, warm_only
 from croupier.model.profile import StorageProfile
 
 #: Stages of past runs a cached profile keeps to refit from.
@@ -160,8 +160,10 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 
 def learn(entry: Entry, observations: list[Observation], bootstrap: int = LEARN_BOOTSTRAP) -> Entry:
-    """``entry`` refitted with ``observations`` (a run's stages) added to its history: the
-    newest :data:`MAX_HISTORY` history stages and the calibration stages, one revision later."""
+    """``entry`` refitted with ``observations`` (a run's stages: those that ran warm,
+    :func:`croupier.model.fit.warm_only`) added to its history: the newest :data:`MAX_HISTORY`
+    history stages and the calibration stages, one revision later."""
+    observations = warm_only(observations)  # a cold first run teaches its memory's cost, not its kinds'
     if not observations:
         return entry
     history = (entry.history + observations)[-MAX_HISTORY:]

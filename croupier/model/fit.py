@@ -20,23 +20,20 @@ read as negative overhead and pulled t0 and t1 to zero, so that small stages, wh
 mostly that overhead (a task's round trip to its function, ~1 ms here), were predicted 30-60%
 short on TPC-H.
 
-The first-touch term (fresh memory a function's *first* task pulls in) is not fitted:
-the fit keeps to warm functions, which never pay it. The calibration drops its warm-up pass, and
-every phase says how much fresh memory its process touched (page faults, see
-:class:`croupier.dag.task.Phases`): a phase that touched more than ``FRESH_SHARE`` of its bytes
-(and at least ``FRESH_FLOOR``, :func:`croupier.report.cold_phase`) ran in a function still
-faulting its memory in — the
-first tasks of fresh workers, or a larger pass than any before — and is left out of its kind's
-fit, its stage out of step 3 (:func:`cold`), unless nothing warm measured them (a platform that
-starts a fresh process for every call). A run's first query in fresh workers took twice as
-long in its first stage as the same query warm, and learning from it priced TPC-H Q1's
-aggregation 27% above what every later run took; the calibration's own larger pass faulted in
-0.7 byte of fresh memory per byte its filter read, which priced Parquet reads 1.5x too high on
-TPC-H. Fitting the first-touch cost instead, from the bytes of one task, found what a regression
-on the bytes of one task found instead was the noise of large one-wave stages — five
-calibrations on one machine gave 0 to 2.3 ns/B, and predictions with it were up to 50% too slow
-for warm runs at small P (``bench/sim_validation.py``). A profile's first-touch cost is its
-base's: 0 from the request grid, or what a platform's published cold starts state.
+The first-touch term (fresh memory a function's *first* task pulls in) is not fitted: the fit
+is of warm functions, which never pay it. The calibration drops its warm-up pass, and a run's
+stages are learned from only when they ran warm (:func:`warm_only`): every phase says how much
+fresh memory its process faulted in (:class:`croupier.dag.task.Phases`), and a stage with a phase
+that touched about as much as its data (:func:`croupier.report.cold_phase`) ran in functions
+still faulting their memory in. A session's first query in fresh workers took twice as long in
+its first stage as the same query warm, and learning from it priced TPC-H Q1's aggregation 27%
+above what every later run took. (The calibration keeps its stages that grew their memory: its
+larger pass does, and leaving them out lost more, where it has few stages per kind, than it
+mended: SeaweedFS's stages were predicted 3 points worse.) Fitting the first-touch cost from the
+bytes of one task found noise instead: five calibrations on one machine gave 0 to 2.3 ns/B, and
+predictions with it were up to 50% too slow for warm runs at small P
+(``bench/sim_validation.py``). A profile's first-touch cost is its base's: 0 from the request
+grid, or what a platform's published cold starts state.
 
 Every estimate is robust (Huber weights on the residuals, so a run disturbed by a noisy neighbour
 counts little) and carries a bootstrap standard error (resampling stages). A coefficient the data
@@ -74,6 +71,12 @@ NOT_A_FAMILY = frozenset({"read:cached"})
 def cold(observation: Observation) -> bool:
     """Whether any phase of a stage ran cold (:func:`croupier.report.cold_phase`)."""
     return any(cold_phase(v) for v in observation.phases.values())
+
+
+def warm_only(observations: Sequence[Observation]) -> list[Observation]:
+    """A run's stages to learn from: those that ran in warm functions, unless none did (a
+    platform that starts a fresh process for every call: its cold stages are all there is)."""
+    return [o for o in observations if not cold(o)] or list(observations)
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,6 @@ class Design:
     calls: np.ndarray  # (n, kinds): calls per kind (one per task that ran the phase), weighed (stage.phase_calls)
     raw: np.ndarray  # (n, kinds): the calls themselves (what a call moves is bytes per raw call)
     cpu: np.ndarray  # (n, kinds): phase wall - request seconds, task-seconds
-    chilled: np.ndarray  # (n, kinds): the phase ran cold (croupier.report.cold_phase)
     read_io: np.ndarray  # (n,): request seconds of read phases, task-seconds
     write_io: np.ndarray
     both_io: np.ndarray  # (n,): request seconds of phases that read and write (exchange levels)
@@ -271,7 +273,6 @@ class Design:
     task_bytes: np.ndarray  # largest phase bytes / tasks
     busy: np.ndarray  # (n,): measured wall seconds of all phases, task-seconds
     wall: np.ndarray
-    stage_cold: np.ndarray  # (n,): 1 where a phase ran in a function still faulting its memory in (:func:`cold`)
 
 
 def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
@@ -280,9 +281,8 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
     index = {k: i for i, k in enumerate(kinds)}
     n = len(observations)
     nbytes, calls, cpu = np.zeros((n, len(kinds))), np.zeros((n, len(kinds))), np.zeros((n, len(kinds)))
-    chilled = np.zeros((n, len(kinds)), dtype=bool)
     raw = np.zeros((n, len(kinds)))
-    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "busy", "wall", "stage_cold")}
+    cols = {name: np.zeros(n) for name in ("read_io", "write_io", "both_io", "read_unit", "write_unit", "c", "pack", "waves", "task_bytes", "busy", "wall")}
     unit = replace(base, read_scale=1.0, write_scale=1.0)
     for i, o in enumerate(observations):
         tasks = max(1, o.facts.tasks)
@@ -299,18 +299,16 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
                 w_io += io
             elif kind in BOTH:
                 b_io += io
-            chilled[i, index[kind]] |= cold_phase((b, wall, req, *rest))
             nbytes[i, index[kind]] += b
             made = phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
             raw[i, index[kind]] += made
             calls[i, index[kind]] += made if kind.startswith("read:exchange") else made * call_weight(kind)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
-                      task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall,
-                      stage_cold=float(cold(o)))  # fmt: skip
+                      task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall)  # fmt: skip
         for name, v in values.items():
             cols[name][i] = v
-    return Design(kinds, nbytes, calls, raw, cpu, chilled, **cols)
+    return Design(kinds, nbytes, calls, raw, cpu, **cols)
 
 
 # --- the fit ------------------------------------------------------------------------------------
@@ -340,23 +338,15 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
     groups: dict[str, list[int]] = {}
     for j, k in enumerate(d.kinds):
         groups.setdefault(base_kind(k), []).append(j)
-    warm_kinds = set()
     for kind, js in groups.items():  # each kind from all its operators' phases
-        compute[kind], calls[kind] = per_kind(*_warm(d, rows, js))
-        if _any_warm(d, rows, js):
-            warm_kinds.add(kind)
+        compute[kind], calls[kind] = per_kind(*_sums(d, rows, js))
     for j, k in enumerate(d.kinds):  # each operator signature from its own
         if k not in compute:
-            # only from warm phases where its kind ran warm anywhere: a signature seen only in a
-            # session's cold first run is priced by its kind until it runs warm
-            cold_only = base_kind(k) in warm_kinds and not _any_warm(d, rows, [j])
-            b, n, t, r = _warm(d, rows, [j])
-            if cold_only:
-                compute[k], calls[k] = math.nan, math.nan
-                continue
+            b, n, t, r = _sums(d, rows, [j])
             kind_c, kind_d = _known(compute[base_kind(k)], base.compute_cost(k)), _known(calls[base_kind(k)], base.call_cost(k))
             own_c, own_d = per_signature(b, n, t, kind_d, r)
-            w = float(t.sum()) / (float(t.sum()) + SIGNATURE_SECONDS)  # what its own time can tell
+            seconds = float(t.sum())
+            w = seconds / (seconds + SIGNATURE_SECONDS) if seconds > 0 else 0.0  # what its own time can tell
             compute[k] = own_c if math.isnan(own_c) else w * own_c + (1 - w) * kind_c
             calls[k] = own_d if math.isnan(own_d) else w * own_d + (1 - w) * kind_d
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
@@ -368,9 +358,6 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
         if js and family not in compute:
             compute[family], calls[family] = _family(d, rows, js, calls)
     read_scale, write_scale = _fit_scales(d, rows)
-    warm = rows[d.stage_cold[rows] == 0]
-    if len(np.unique(warm)) >= 3:  # (a bootstrap sample repeats stages)  # step 3 from warm stages: cold tasks end late (imbalance) for their memory's sake
-        rows = warm
     touch = d.task_bytes[rows] * base.first_touch_seconds_per_byte  # the base's, not fitted (module docstring)
     work = d.pack[rows] * d.busy[rows] / d.c[rows]  # each function's measured phase time
     left = d.wall[rows] - work - touch  # measured, not steps 1-2's fit
@@ -381,26 +368,14 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
 def _family(d: Design, rows: np.ndarray, js: list[int], calls: Mapping[str, float]) -> tuple[float, float]:
     """A fallback over the kinds ``js``: per byte, all their time over all their bytes; per call,
     the median of their per-call costs."""
-    b, _, t, _ = _warm(d, rows, js)
+    b, _, t, _ = _sums(d, rows, js)
     known = [calls[d.kinds[j]] for j in js if not math.isnan(calls[d.kinds[j]])]
     return robust_ratio(b, t), (float(np.median(known)) if known else math.nan)
 
 
-def _any_warm(d: Design, rows: np.ndarray, js: list[int]) -> bool:
-    """Whether any phase of the kinds ``js`` in ``rows`` ran warm."""
-    return bool(((d.bytes[rows][:, js] + d.calls[rows][:, js]) * ~d.chilled[rows][:, js]).any())
-
-
-def _warm(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Bytes, weighed calls, cpu seconds and calls per observation of ``rows`` over the kinds ``js``, from their
-    warm phases only when there are any: a cold function's phases measure its memory too (module
-    docstring). Where every phase of them ran cold (a platform that starts a fresh process for
-    every call), those are what there is to learn from."""
-    b, n, t, r = d.bytes[rows][:, js], d.calls[rows][:, js], d.cpu[rows][:, js], d.raw[rows][:, js]
-    if _any_warm(d, rows, js):
-        warm = ~d.chilled[rows][:, js]
-        b, n, t, r = b * warm, n * warm, t * warm, r * warm
-    return b.sum(axis=1), n.sum(axis=1), t.sum(axis=1), r.sum(axis=1)
+def _sums(d: Design, rows: np.ndarray, js: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes, weighed calls, cpu seconds and calls per observation of ``rows`` over the kinds ``js``."""
+    return d.bytes[rows][:, js].sum(axis=1), d.calls[rows][:, js].sum(axis=1), d.cpu[rows][:, js].sum(axis=1), d.raw[rows][:, js].sum(axis=1)
 
 
 #: Core-seconds of an operator signature's phases at which its own cost counts as much as its
@@ -556,11 +531,10 @@ def fit(observations: Sequence[Observation], base: StorageProfile, bootstrap: in
         errors[name] = float(values.std(ddof=1)) if len(values) > 2 else math.nan
     profile = apply(base, point, errors)
     profile = replace(profile, stored=dict(base.stored) | stored_ratios(observations))
-    judged = [o for o in observations if o.wall > 0 and not cold(o)] or [o for o in observations if o.wall > 0]
-    residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in judged])
+    residuals = np.array([predict_stage(o.facts, profile, o.concurrency).seconds / o.wall - 1 for o in observations if o.wall > 0])
     spread = 1.4826 * float(np.median(np.abs(residuals))) if len(residuals) else base.residual
     mape = 100 * float(np.mean(np.abs(residuals))) if len(residuals) else math.nan
-    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n, cold_stages=int(d.stage_cold.sum())))
+    profile = replace(profile, residual=max(spread, 0.02), fit=dict(profile.fit, stage_fit_mape_percent=round(mape, 2), stages=n, cold_stages=sum(cold(o) for o in observations)))
     return FitResult(profile, estimates, errors, mape, n)
 
 
