@@ -29,7 +29,7 @@ from croupier.compute.orphan import ENVIRONMENT_LOCK, environment_set, sigint_ig
 from croupier.compute.base import Executor, Task, TaskResult
 from croupier.compute.mainguard import main_module_hidden
 from croupier.compute.speculation import choose_backups
-from croupier.compute.worker import MEMORY_EXIT_CODE, worker_environment, worker_main
+from croupier.compute.worker import MEMORY_EXIT_CODE, PRELOAD, worker_environment, worker_main
 from croupier.config import Config
 from croupier.errors import TaskError
 from croupier.units import format_bytes
@@ -100,7 +100,10 @@ class LocalExecutor(Executor):
         self.backups = 0
         self.retired = 0
         self._rng = random.Random(seed)
-        mp.get_context("forkserver").set_forkserver_preload(["croupier.compute.worker"])
+        # the fork server imports what every task needs (PRELOAD: Polars, PyArrow, the operators),
+        # so each forked worker starts with them; ``import croupier.compute.worker`` alone no
+        # longer does, as ``import croupier`` imports the engine only on first use
+        mp.get_context("forkserver").set_forkserver_preload(["croupier.compute.worker", *PRELOAD])
         self._threads = max(1, (os.cpu_count() or 1) // config.concurrency)
         # Polars sizes its thread pool, and its allocator and Arrow's read their settings, when
         # they are loaded, and the fork server has loaded them (preloading the workers' modules)

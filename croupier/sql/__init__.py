@@ -16,20 +16,25 @@ as :mod:`croupier.sql.types` documents) are DuckDB's. sqlglot parses and optimis
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from croupier.config import Config
 from croupier.errors import ConfigError
-from croupier.expr import Col
-from croupier.plan.logical import Node, Project
-from croupier.sql.parse import parse, parse_query, referenced_tables
-from croupier.sql.query import QueryTranslator
+
+if TYPE_CHECKING:
+    from croupier.config import Config
+    from croupier.plan.logical import Node
+
+# This package's ``__init__`` is imported by ``import croupier`` (which re-exports :func:`sql`), so
+# it imports sqlglot, Polars and the planner only when a query is translated.
 
 
 def sql(text: str, tables: Mapping[str, Any], config: Config | None = None) -> Any:
     """A LazyFrame for the query ``text`` over ``tables``: name -> LazyFrame, or a URL/path of
     Parquet (or ``.csv``) files (a file, a folder/prefix or a glob)."""
+    from croupier.config import Config
     from croupier.frame.lazy import LazyFrame
+    from croupier.sql.parse import parse, parse_query, referenced_tables
+    from croupier.sql.query import QueryTranslator
 
     config = config or Config.from_env()
     try:
@@ -74,6 +79,8 @@ def _stored_bytes(nodes: dict[str, Node], config: Config) -> dict[str, int]:
 
 
 def _renamed(node: Node, names: list[str]) -> Node:
+    from croupier.expr import Col
+    from croupier.plan.logical import Project
     from croupier.sql.query import _unique
 
     names = _unique(names)
