@@ -9,17 +9,47 @@ storage (endpoint and credentials from :class:`croupier.config.S3Options`),
 
 from __future__ import annotations
 
-from croupier.config import Config
-from croupier.storage.backend import Backend, ObjectInfo
-from croupier.storage.location import Location, parse_location
-from croupier.storage.stats import IOStats
-from croupier.storage.store import Store
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from croupier.config import Config
+    from croupier.storage.backend import Backend, ObjectInfo
+    from croupier.storage.location import Location, parse_location
+    from croupier.storage.stats import IOStats
+    from croupier.storage.store import Store
 
 __all__ = ["Backend", "IOStats", "Location", "ObjectInfo", "Store", "open_backend", "open_store", "parse_location"]
+
+#: re-exported name -> its module, imported on first use (PEP 562): the CLI and ``croupier.report``
+#: import :mod:`croupier.storage.stats`, which must not pull in the store's thread pools and retries
+_LAZY = {
+    "Backend": "croupier.storage.backend",
+    "ObjectInfo": "croupier.storage.backend",
+    "Location": "croupier.storage.location",
+    "parse_location": "croupier.storage.location",
+    "IOStats": "croupier.storage.stats",
+    "Store": "croupier.storage.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def open_backend(url: str | Location, config: Config) -> Backend:
     """Create the raw backend for ``url`` (wrapped in a fault injector when ``config.faults`` is set)."""
+    from croupier.storage.location import parse_location
+
     location = parse_location(url)
     backend: Backend
     if location.is_s3:
@@ -43,4 +73,6 @@ def open_backend(url: str | Location, config: Config) -> Backend:
 
 def open_store(url: str | Location, config: Config, stats: IOStats | None = None) -> Store:
     """Open the store named by ``url`` with retries and request accounting from ``config``."""
+    from croupier.storage.store import Store
+
     return Store(open_backend(url, config), config.retry, stats)
