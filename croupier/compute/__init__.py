@@ -1,8 +1,41 @@
-"""Executors run tasks as functions; the local executor is the embedded default."""
+"""Executors run tasks as functions; the local executor is the embedded default.
 
-from croupier.compute.base import Executor, Task, TaskResult
-from croupier.compute.context import TaskContext
-from croupier.compute.local import LocalExecutor
-from croupier.compute.session import Session, current_session
+The names below are imported on first use (PEP 562): a worker, a Lithops function or ``import
+croupier.compute.session`` imports only the modules it needs, not every executor.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from croupier.compute.base import Executor, Task, TaskResult
+    from croupier.compute.context import TaskContext
+    from croupier.compute.local import LocalExecutor
+    from croupier.compute.session import Session, current_session
 
 __all__ = ["Executor", "LocalExecutor", "Session", "Task", "TaskContext", "TaskResult", "current_session"]
+
+_LAZY = {
+    "Executor": "croupier.compute.base",
+    "Task": "croupier.compute.base",
+    "TaskResult": "croupier.compute.base",
+    "TaskContext": "croupier.compute.context",
+    "LocalExecutor": "croupier.compute.local",
+    "Session": "croupier.compute.session",
+    "current_session": "croupier.compute.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
