@@ -18,9 +18,9 @@ does not rebind the name); its module imports nothing heavy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from croupier.lazy import exports
 from croupier.sql import sql  # the function shadows the subpackage's name on purpose (see above)
 
 if TYPE_CHECKING:
@@ -61,22 +61,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    source = _LAZY.get(name)
-    if source is not None:
-        value = getattr(importlib.import_module(source), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        # ``import croupier`` used to import most subpackages, so ``croupier.frame.col`` worked
-        # without importing ``croupier.frame``: a subpackage or module is still imported on use
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY, __all__, globals(), submodules=True)

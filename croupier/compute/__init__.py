@@ -6,8 +6,9 @@ croupier.compute.session`` imports only the modules it needs, not every executor
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from croupier.lazy import exports
 
 if TYPE_CHECKING:
     from croupier.compute.base import Executor, Task, TaskResult
@@ -28,14 +29,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    source = _LAZY.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(source), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY, __all__, globals())

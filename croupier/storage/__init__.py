@@ -9,8 +9,9 @@ storage (endpoint and credentials from :class:`croupier.config.S3Options`),
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from croupier.lazy import exports
 
 if TYPE_CHECKING:
     from croupier.config import Config
@@ -33,17 +34,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    source = _LAZY.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(source), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY, __all__, globals())
 
 
 def open_backend(url: str | Location, config: Config) -> Backend:
