@@ -58,11 +58,13 @@ def sleep_then_square(ctx: TaskContext, seconds: float, x: int) -> int:
 
 
 def slow_first_copy(ctx: TaskContext, marker: str, value: int, seconds: float, first_copy_seconds: float) -> int:
-    """Sleep ``first_copy_seconds`` in the first copy to start (a straggler), ``seconds`` otherwise."""
+    """Sleep ``first_copy_seconds`` in the first copy to start (a straggler), ``seconds`` otherwise;
+    a first copy that slept it all out says so in ``<marker>-<value>.slept``."""
     path = Path(f"{marker}-{value}")
     if first_copy_seconds and not path.exists():
         path.write_text("first")
         time.sleep(first_copy_seconds)
+        Path(f"{path}.slept").write_text("done")
     else:
         time.sleep(seconds)
     return value
