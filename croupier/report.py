@@ -29,10 +29,15 @@ def cold_phase(values: Sequence[float]) -> bool:
     """Whether a phase's values (PHASE_FIELDS: bytes, wall, request s, calls, fresh bytes, summed
     over a stage's tasks) say it ran in a function still faulting its memory in: the first tasks of fresh workers, or tasks
     larger than any their function ran before. Its time is then partly the memory's, not what its
-    kind costs warm (the model's fit leaves it out). Values without the fresh bytes (reports
-    older than them, synthetic timings) count as warm."""
+    kind costs warm (a run's learning leaves its stage out). Values without the fresh bytes
+    (reports older than them, synthetic timings) count as warm."""
     fresh = values[4] if len(values) > 4 else 0.0
     return fresh >= FRESH_FLOOR * max(1.0, values[3]) and fresh >= FRESH_SHARE * values[0]
+
+
+def ran_cold(phases: Mapping[str, Sequence[float]]) -> bool:
+    """Whether any phase of a stage's ``phases`` ran cold (:func:`cold_phase`)."""
+    return any(cold_phase(v) for v in phases.values())
 
 
 @dataclass
@@ -70,7 +75,7 @@ class StageReport:
     @property
     def cold(self) -> bool:
         """Whether a phase of it ran in a function still faulting its memory in (:func:`cold_phase`)."""
-        return any(cold_phase(v) for v in self.phases.values())
+        return ran_cold(self.phases)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""

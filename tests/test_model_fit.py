@@ -14,11 +14,12 @@ import pytest
 from croupier.exchange.plan import ExchangePlan
 from croupier.jobs.calibrate import describe, from_reports
 import croupier.model.fit as fit_module
-from croupier.model.fit import Observation, cold, cold_phase, fit, format_estimate, observations_from_report, per_kind
+from croupier.model.fit import Observation, cold, fit, format_estimate, observations_from_report, per_kind
 from croupier.model.perf import Prediction
 from croupier.model.profile import Curve, StorageProfile, call_weight
 from croupier.model.selector import choose, robust
 from croupier.model.stage import StageFacts, StagePrediction, Term, interval, phase_calls, predict_stage
+from croupier.report import cold_phase
 
 CONCURRENCY = 2
 

@@ -89,7 +89,8 @@ def test_a_run_in_fresh_workers_says_its_phases_ran_cold_and_a_warm_rerun_does_n
     """Each phase reports the fresh memory its function faulted in. Fresh workers' first run of a
     query touches about as much as its data (its phases are cold, and the model's fit leaves them
     out); the same query again in the same workers reuses that memory."""
-    from croupier.model.fit import cold, cold_phase, observations_from_report
+    from croupier.model.fit import cold, observations_from_report
+    from croupier.report import cold_phase
 
     folder = tmp_path / "t"
     folder.mkdir()

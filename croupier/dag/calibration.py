@@ -346,8 +346,9 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
     # k_many has one group per 4 rows of each
     half = max(1, sizes.rows // 2)
     groups = max(1, half // 4)
-    run(Job("table", (_generate("gen-table", half, max(1, parts // 2), seed + 2, OutputSink(f"{url}/table", "parquet", "cal"), (SyntheticTable(groups),)),)))
-    run(Job("table-snappy", (_generate("gen-table-snappy", half, max(1, parts // 2), seed + 6, OutputSink(f"{url}/table-snappy", "parquet", "cal", compression="snappy"), (SyntheticTable(groups),)),)))
+    for name, codec, shift in (("table", "zstd", 2), ("table-snappy", "snappy", 6)):
+        sink = OutputSink(f"{url}/{name}", "parquet", "cal", compression=codec)
+        run(Job(name, (_generate(f"gen-{name}", half, max(1, parts // 2), seed + shift, sink, (SyntheticTable(groups),)),)))
     run(Job("dim", (_generate("gen-dim", groups, max(1, parts // 2), seed + 3, OutputSink(f"{url}/dim", "parquet", "cal"), (SyntheticTable(groups), Select((col("k_many"), col("v").alias("x"))))),)))
     run(Job("overheads", (_overheads("overheads-1", c, seed + 4), _overheads("overheads-8", 8 * c, seed + 5))))
     bounds = [n * i // parts for i in range(parts + 1)]

@@ -150,7 +150,10 @@ def gensort_schema() -> pl.Schema:
 
 def parquet_schema(store: Store, obj: ObjectInfo) -> pl.Schema:
     """Schema of one Parquet object, from its footer."""
-    meta = _footer(store, obj)
+    return _footer_schema(_footer(store, obj))
+
+
+def _footer_schema(meta: pq.FileMetaData) -> pl.Schema:
     return pl.Schema(pl.from_arrow(meta.schema.to_arrow_schema().empty_table()).schema)  # type: ignore[union-attr]
 
 
@@ -159,7 +162,7 @@ def parquet_facts(store: Store, objects: Sequence[ObjectInfo]) -> tuple[pl.Schem
     that of the first object with any row groups (an empty part file, as Spark and Polars write,
     says nothing of it); "" when none has any."""
     meta = _footer(store, objects[0])
-    schema = pl.Schema(pl.from_arrow(meta.schema.to_arrow_schema().empty_table()).schema)  # type: ignore[union-attr]
+    schema = _footer_schema(meta)
     for obj in objects:
         codec = parquet_codec(meta if obj is objects[0] else _footer(store, obj))
         if codec:

@@ -166,11 +166,6 @@ def scan_facts(spec: ScanSpec, run: Any) -> tuple[pl.Schema, str]:
     store = run.store(base)
     if spec.format == "parquet":
         return parquet_facts(store, objects)
-    return _other_schema(spec, store, objects), ""
-
-
-def _other_schema(spec: ScanSpec, store: Any, objects: list[Any]) -> pl.Schema:
-    """The file schema of a CSV or gensort scan."""
     if spec.format == "csv":
-        return csv_schema(store, objects[0], spec.csv)
-    return gensort_schema()
+        return csv_schema(store, objects[0], spec.csv), ""
+    return gensort_schema(), ""

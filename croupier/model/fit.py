@@ -50,8 +50,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from croupier.model.profile import SIGNATURE, Curve, StorageProfile, base_kind, call_weight
-from croupier.report import cold_phase
 from croupier.model.stage import StageFacts, phase_calls, predict_stage
+from croupier.report import ran_cold
 
 #: Huber constant (in robust standard deviations) beyond which a residual's weight falls off.
 HUBER_K = 1.5
@@ -70,7 +70,7 @@ NOT_A_FAMILY = frozenset({"read:cached"})
 
 def cold(observation: Observation) -> bool:
     """Whether any phase of a stage ran cold (:func:`croupier.report.cold_phase`)."""
-    return any(cold_phase(v) for v in observation.phases.values())
+    return ran_cold(observation.phases)
 
 
 def warm_only(observations: Sequence[Observation]) -> list[Observation]:
@@ -291,7 +291,7 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
         terms = {t.name.split()[0]: t.seconds for t in predict_stage(o.facts, unit, o.concurrency).terms if t.name.startswith(("read", "write"))}
         r_unit, w_unit = terms.get("read", 0.0) * c / (waves * c / tasks), terms.get("write", 0.0) * c / (waves * c / tasks)
         r_io = w_io = b_io = 0.0
-        for kind, (b, wall, req, *rest) in o.phases.items():
+        for kind, (b, wall, req, *_) in o.phases.items():
             io = min(max(req, 0.0), wall)
             if kind.startswith(READ_PREFIX):
                 r_io += io
@@ -300,9 +300,9 @@ def design(observations: Sequence[Observation], base: StorageProfile) -> Design:
             elif kind in BOTH:
                 b_io += io
             nbytes[i, index[kind]] += b
-            made = phase_calls(o.facts, kind) if kind.startswith("read:exchange") else (rest[0] if rest else tasks)
-            raw[i, index[kind]] += made
-            calls[i, index[kind]] += made if kind.startswith("read:exchange") else made * call_weight(kind)
+            weighed = phase_calls(o.facts, kind)  # (the facts' calls are the phases' own)
+            calls[i, index[kind]] += weighed
+            raw[i, index[kind]] += weighed / call_weight(kind)
             cpu[i, index[kind]] += max(0.0, wall - io)
         values = dict(read_io=r_io, write_io=w_io, both_io=b_io, read_unit=r_unit, write_unit=w_unit, c=c, pack=waves * c / tasks, waves=waves,
                       task_bytes=max(o.facts.phases.values(), default=0.0) / tasks, busy=sum(v[1] for v in o.phases.values()), wall=o.wall)  # fmt: skip
