@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from croupier.exchange.plan import ExchangePlan
 from croupier.jobs.calibrate import describe, from_reports
@@ -521,3 +523,39 @@ def test_an_operators_call_costs_more_the_more_expressions_it_runs() -> None:
     assert all(o.phases[k][3] == o.facts.tasks for o in observed[-8:] for k in o.phases)  # calls are calls; the model weighs them
     fitted = fit(observed, wrong(t), bootstrap=5).profile
     assert fitted.call_seconds["hash_aggregate"] == pytest.approx(t.call_seconds["hash_aggregate"], rel=1e-6)
+
+
+def _nnls_by_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares the slow way: every subset of free columns by np.linalg.lstsq,
+    the feasible one with the least squared residual."""
+    n = a.shape[1]
+    best, best_cost = np.zeros(n), float(b @ b)
+    for mask in range(1, 1 << n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        sol = np.linalg.lstsq(a[:, cols], b, rcond=None)[0]
+        if (sol < 0).any():
+            continue
+        x = np.zeros(n)
+        x[cols] = sol
+        cost = float((a @ x - b) @ (a @ x - b))
+        if cost < best_cost - 1e-9 * max(float(b @ b), 1e-30):
+            best, best_cost = x, cost
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(3, 30))
+def test_the_fits_small_solvers_agree_with_numpys(seed: int, columns: int, rows: int) -> None:
+    """nnls (closed-form 1 x 1 and 2 x 2 solves in plain floats) and the small-array median give
+    what numpy's general routines give, on well- and ill-conditioned systems alike."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0, 1, (rows, columns)) * rng.choice([1e-3, 1.0, 1e3], columns)
+    if columns > 1 and seed % 4 == 0:
+        a[:, 1] = a[:, 0] * 2  # two columns telling the same thing
+    b = a @ rng.uniform(-1, 2, columns) + rng.normal(0, 0.01, rows)
+    ours, theirs = fit_module.nnls(a, b), _nnls_by_lstsq(a, b)
+    cost = lambda x: float((a @ x - b) @ (a @ x - b))  # noqa: E731
+    assert (ours >= 0).all()
+    assert cost(ours) <= cost(theirs) * (1 + 1e-6) + 1e-12
+    values = rng.normal(0, 1, rows)
+    assert fit_module.median(values) == pytest.approx(float(np.median(values)))

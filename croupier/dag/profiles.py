@@ -80,7 +80,7 @@ class RunProfile:
         return replace(self.entry.profile, function_memory=config.function_memory)
 
     def _calibrate(self, run: Run, tmp_url: str, cache: ProfileCache) -> Entry:
-        from croupier.dag.calibration import QUICK, calibrate_store
+        from croupier.dag.calibration import QUICK, QUICK_BOOTSTRAP, calibrate_store
 
         assert self.key is not None
         machine, store, concurrency = self.key
@@ -89,7 +89,7 @@ class RunProfile:
             "croupier: no profile of %s for this machine yet: calibrating it now (once, about 10 s, at most %s of "
             "temporary data, deleted after; cached in %s; calibration='off' or --no-calibrate skips this)", store, QUICK.label, path.parent,
         )  # fmt: skip
-        outcome = calibrate_store(run.executor, self._config, str(parse_location(tmp_url).child("_calibration")), store, QUICK, bootstrap=60)
+        outcome = calibrate_store(run.executor, self._config, str(parse_location(tmp_url).child("_calibration")), store, QUICK, bootstrap=QUICK_BOOTSTRAP)
         self.calibrated = outcome.seconds
         profile = replace(outcome.profile, machine=machine, store=store, source=outcome.profile.source + " (self-calibrated on a first run)")
         entry = Entry(profile, outcome.observations)

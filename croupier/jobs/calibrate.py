@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from croupier.config import Config
-from croupier.dag.calibration import FULL, QUICK, Calibration, Sizes, calibrate_store, describe_grid
+from croupier.dag.calibration import FULL, QUICK, QUICK_BOOTSTRAP, Calibration, Sizes, calibrate_store, describe_grid
 from croupier.dag.run import make_executor
 from croupier.errors import ConfigError
 from croupier.model.cache import Entry, ProfileCache, machine_id, store_key
@@ -34,7 +34,7 @@ def calibrate(url: str, config: Config, quick: bool = True, name: str | None = N
     with ``cache``, also store it as this machine's profile of that store (runs then use it)."""
     chosen = sizes or (QUICK if quick else FULL)
     with make_executor(config) as executor:
-        outcome = calibrate_store(executor, config, str(parse_location(url)), name or url, chosen, bootstrap=60 if quick else 100, budget=QUICK_BUDGET if quick else FULL_BUDGET)  # quick: as a first run
+        outcome = calibrate_store(executor, config, str(parse_location(url)), name or url, chosen, bootstrap=QUICK_BOOTSTRAP if quick else 100, budget=QUICK_BUDGET if quick else FULL_BUDGET)  # quick: as a first run
     machine, store = machine_id(), store_key(url, config.s3.endpoint)
     profile = replace(outcome.profile, machine=machine, store=store)
     outcome = replace(outcome, result=replace(outcome.result, profile=profile))

@@ -203,9 +203,21 @@ def fit_curve(points: Mapping[tuple[int, int], float], sizes: Sequence[int]) -> 
 # --- robust estimators --------------------------------------------------------------------------
 
 
+#: Relative change of an estimate between two reweighting rounds below which the rounds stop.
+CONVERGED = 1e-9
+
+
+def median(values: np.ndarray) -> float:
+    """The median of a small 1-d array: np.median's own overhead (~50 us a call) was a third of
+    a calibration's bootstrap, which calls it tens of thousands of times on a few values."""
+    ordered = np.sort(values)
+    n = len(ordered)
+    return float(ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+
+
 def huber_weights(residuals: np.ndarray) -> np.ndarray:
     """Weights in (0, 1]: 1 within HUBER_K robust standard deviations, falling as 1/|r| beyond."""
-    scale = 1.4826 * float(np.median(np.abs(residuals - np.median(residuals)))) if len(residuals) else 0.0
+    scale = 1.4826 * median(np.abs(residuals - median(residuals))) if len(residuals) else 0.0
     if scale <= 0:
         return np.ones_like(residuals)
     z = np.abs(residuals) / (HUBER_K * scale)
@@ -222,31 +234,47 @@ def robust_ratio(x: np.ndarray, y: np.ndarray) -> float:
     c = float(y.sum() / x.sum())
     for _ in range(8):
         w = huber_weights(y / x - c)
-        c = float((w * y).sum() / (w * x).sum())
+        previous, c = c, float((w * y).sum() / (w * x).sum())
+        if abs(c - previous) <= CONVERGED * abs(c):
+            break
     return max(0.0, c)
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Least squares with every coefficient >= 0, for a few columns: the best of the feasible
     solutions over all subsets of free columns (exact for the 2 and 3 columns used here), from the
-    normal equations (a few tiny solves, fast enough to bootstrap)."""
+    normal equations (a few tiny solves in plain floats, fast enough to bootstrap: numpy's call
+    overhead on 2 x 2 systems was most of a calibration's fit)."""
     n = a.shape[1]
-    ata, atb, btb = a.T @ a, a.T @ b, float(b @ b)
-    best, best_cost = np.zeros(n), btb
+    ata, atb, btb = (a.T @ a).tolist(), (a.T @ b).tolist(), float(b @ b)
+    best, best_cost = [0.0] * n, btb
     for mask in range(1, 1 << n):
         cols = [j for j in range(n) if mask >> j & 1]
-        sub = ata[np.ix_(cols, cols)]
-        try:
-            sol = np.linalg.solve(sub, atb[cols])
-        except np.linalg.LinAlgError:
-            sol = np.linalg.lstsq(sub, atb[cols], rcond=None)[0]
-        if (sol < 0).any():
+        sub = [[ata[i][j] for j in cols] for i in cols]
+        rhs = [atb[i] for i in cols]
+        sol = _solve(sub, rhs)
+        if min(sol) < 0:
             continue
-        cost = btb - 2 * float(sol @ atb[cols]) + float(sol @ sub @ sol)
+        cost = btb - 2 * sum(x * y for x, y in zip(sol, rhs)) + sum(sol[i] * sub[i][j] * sol[j] for i in range(len(cols)) for j in range(len(cols)))
         if cost < best_cost - 1e-12 * max(btb, 1e-30):
-            best, best_cost = np.zeros(n), cost
-            best[cols] = sol
-    return best
+            best, best_cost = [0.0] * n, cost
+            for j, x in zip(cols, sol):
+                best[j] = x
+    return np.array(best)
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x in a x = b: 1 x 1 and 2 x 2 systems in closed form, larger or singular ones by numpy."""
+    if len(b) == 1 and a[0][0] != 0:
+        return [b[0] / a[0][0]]
+    if len(b) == 2:
+        det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
+        if abs(det) > 1e-12 * abs(a[0][0] * a[1][1]):
+            return [(a[1][1] * b[0] - a[0][1] * b[1]) / det, (a[0][0] * b[1] - a[1][0] * b[0]) / det]
+    try:
+        return [float(x) for x in np.linalg.solve(np.array(a), np.array(b))]
+    except np.linalg.LinAlgError:
+        return [float(x) for x in np.linalg.lstsq(np.array(a), np.array(b), rcond=None)[0]]
 
 
 # --- the design: what each observation contributes to each step, computed once -------------------
@@ -414,8 +442,11 @@ def per_kind(nbytes: np.ndarray, calls: np.ndarray, cpu: np.ndarray, raw: np.nda
     scale = 1.0 / np.maximum(cpu, 1e-4)
     colscale = np.maximum(a.max(axis=0), 1e-30)
     weights = np.ones(len(cpu))
+    sol = np.zeros(2)
     for _ in range(8):
-        sol = nnls(a * (scale * weights)[:, None] / colscale, cpu * scale * weights) / colscale
+        previous, sol = sol, nnls(a * (scale * weights)[:, None] / colscale, cpu * scale * weights) / colscale
+        if np.all(np.abs(sol - previous) <= CONVERGED * np.abs(sol)):
+            break
         weights = np.sqrt(huber_weights((a @ sol - cpu) * scale))
     return float(sol[0]), float(sol[1])
 
