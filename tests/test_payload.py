@@ -85,6 +85,9 @@ def test_many_small_and_large_payloads_decode_in_order_as_one_contiguous_frame(f
     assert got.equals(pl.concat(parts))
     assert got.height == 2 * small.height + large.height
     assert got.n_chunks("all") == [1, 1]
+    # a result for the user (no operator runs on it) keeps its batches: the same rows, uncopied
+    kept = codec.decode(order, small.schema, combine=False)
+    assert kept.equals(got) and kept.n_chunks() > 1
 
 
 def test_wire_schemas_are_remembered_per_exact_schema() -> None:

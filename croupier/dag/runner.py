@@ -333,7 +333,7 @@ def read_output(runner: DagRunner, out: StageOutput) -> pl.DataFrame:
     ctx = TaskContext("driver", runner.config, backends={})
     if not out.inline:
         bound = runner.exchanges.bound(out, runner.binder.broadcast(out.bytes, out.tasks, 1))
-        data = read_spec(ctx, runner.exchanges.exchange_read(bound, 0))
+        data = read_spec(ctx, runner.exchanges.exchange_read(bound, 0), combine=False)
     else:
         parts = [_from_arrow(out.inline[i]) if i in out.inline else read_spec(ctx, runner.exchanges.forward_read(out, i)) for i in range(out.tasks)]
         data = _conform(pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0], out.schema)

@@ -329,8 +329,9 @@ def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
     return df, nbytes
 
 
-def read(ctx: TaskContext, source: Read) -> Any:
-    """The data of one read spec: a frame, record runs, or a probe's sample."""
+def read(ctx: TaskContext, source: Read, combine: bool = True) -> Any:
+    """The data of one read spec: a frame, record runs, or a probe's sample (an exchange's frame
+    in one chunk per column unless ``combine`` is False: see :meth:`FrameCodec.decode`)."""
     if isinstance(source, ScanRead):
         return read_sized(ctx, source)[0]
     if isinstance(source, ExchangeRead):
@@ -338,7 +339,7 @@ def read(ctx: TaskContext, source: Read) -> Any:
         if source.rep == "records":
             return RecordRuns([RecordsCodec(source.fmt).decode(chunks)], [0])
         assert source.schema is not None, "frame exchange read without a schema"
-        return FrameCodec(source.fmt).decode(chunks, pl.Schema(source.schema))
+        return FrameCodec(source.fmt).decode(chunks, pl.Schema(source.schema), combine)
     if isinstance(source, PiecesRead):
         store = ctx.store(source.url)
         return RecordRuns([terasort.read_piece(store, p) for p in source.pieces], [p.first_row for p in source.pieces])
