@@ -255,7 +255,7 @@ def test_choose_matches_the_reference_model(cases: list[tuple[int, int, int, int
         refs = {id(c): reference(c.plan, data_bytes, profile, concurrency, done, phases) for c in choice.candidates}
         point = min(choice.candidates, key=lambda c: (refs[id(c)]["seconds"], refs[id(c)]["cost"]))
         rivals = [c for c in choice.candidates if refs[id(c)]["low"] <= refs[id(point)]["high"]]
-        best = min(rivals, key=lambda c: (round(refs[id(c)]["high"], 9), refs[id(c)]["seconds"], len(c.stages)))
+        best = min(rivals, key=lambda c: (round(refs[id(c)]["seconds"] + refs[id(c)]["high"], 9), refs[id(c)]["seconds"], len(c.stages)))
         assert (choice.best.plan.name, choice.best.workers) == (best.plan.name, best.workers)
         d = choice.best.dominant()
         assert f"dominated by {d.name}: {refs[id(choice.best)]['dominant'][2]}" in choice.explain()

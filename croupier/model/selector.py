@@ -8,8 +8,12 @@ given, only the plans of that P are compared (constant time in P).
 Robust choice: every prediction has a 90% range (from the profile's coefficient errors and
 residual spread). When the time objective's best point estimate and other candidates have
 overlapping ranges, the model cannot tell them apart; then the selector takes, among those, the
-one whose range ends lowest (the best worst case), which avoids plans that are fast only if an
-uncertain or extrapolated term is as small as its point estimate.
+one whose expected and worst-case times together are least (seconds + the top of its range): a
+better worst case wins when it gains more than it costs in expected time. That avoids plans that
+are fast only if an uncertain or extrapolated term is as small as its point estimate, without
+giving up expected time for a worst case that is hardly better: taking the lowest worst case
+alone chose, on a 400 MB sort, a plan whose range ended 1% lower and which ran 16% slower
+(``bench/model_accuracy.py``, issue 15).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class Choice:
         if p is None or p is b:
             return ""
         return (
-            f"; ranges overlap, so the best worst case: {b.plan.name} P={b.workers} (at most {b.high:.3f} s) over "
+            f"; ranges overlap, so the better worst case: {b.plan.name} P={b.workers} (at most {b.high:.3f} s) over "
             f"{p.plan.name} P={p.workers} ({p.seconds:.3f} s, up to {p.high:.3f} s)"
         )
 
@@ -216,7 +220,9 @@ def choose(
 
 def robust(point: Prediction, pool: list[Prediction]) -> Prediction:
     """Among the candidates whose 90% range overlaps that of ``point`` (the best point estimate),
-    the one whose range ends lowest; ties go to the faster estimate, then to fewer stages."""
+    the one with the least expected plus worst-case time (``seconds + high``: a rival's lower top
+    of range must make up for its slower estimate); ties go to the faster estimate, then to fewer
+    stages."""
     high = point.high
     rivals = [c for c in pool if c.low <= high]
-    return min(rivals, key=lambda c: (round(c.high, 9), c.seconds, len(c.stages)))
+    return min(rivals, key=lambda c: (round(c.seconds + c.high, 9), c.seconds, len(c.stages)))
