@@ -88,6 +88,13 @@ def local_config() -> Config:
     return Config(concurrency=2, function_memory=4 << 30)
 
 
+#: Backend kinds of the storage contract tests (modules that test every store override the
+#: ``backend_kind`` fixture with these params). Here, not in ``tests.helpers``: that module holds
+#: task functions, imported by every Lithops function process that runs one, which then need not
+#: import pytest.
+ALL_BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3), pytest.param("redis", marks=pytest.mark.redis)]
+
+
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     return request.param  # type: ignore[no-any-return]
@@ -96,7 +103,7 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store_env(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Config]]:
     """(root URL unique to this test, config) on the local folder, on SeaweedFS or (for modules
-    that widen ``backend_kind`` with ``tests.helpers.ALL_BACKENDS``) on Redis.
+    that widen ``backend_kind`` with ``ALL_BACKENDS``) on Redis.
 
     At the end the root is emptied (S3) so tests never see each other's objects.
     """

@@ -6,8 +6,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from croupier.compute.context import TaskContext
 
 
@@ -99,11 +97,6 @@ def output_parts(url: str, config) -> list[str]:  # type: ignore[no-untyped-def]
 
     manifest = json.loads(bytes(open_store(url, config).get("_SUCCESS")))
     return [p["key"] for p in manifest["parts"]]
-
-
-#: Backend kinds of the storage contract tests (modules that test every store override the
-#: ``backend_kind`` fixture with these params).
-ALL_BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3), pytest.param("redis", marks=pytest.mark.redis)]
 
 
 def polars_scratch(ctx: TaskContext, nbytes: int) -> int:

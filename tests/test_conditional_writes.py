@@ -12,7 +12,7 @@ from croupier.config import Config, RetryPolicy
 from croupier.errors import ObjectExists, VersionMismatch
 from croupier.storage import Store, open_store
 from croupier.storage.faults import FaultSpec
-from tests.helpers import ALL_BACKENDS
+from tests.conftest import ALL_BACKENDS
 
 
 @pytest.fixture(params=ALL_BACKENDS)

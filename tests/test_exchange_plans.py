@@ -3,6 +3,7 @@ then the one exchange executor moves tagged chunks through a real store for any 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from math import prod
 from pathlib import Path
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from croupier.config import Config
 from croupier.exchange import move, segments
 from croupier.exchange.broadcast import BroadcastPlan
-from croupier.exchange.plan import ExchangePlan, all_plans
+from croupier.exchange.plan import ExchangePlan, ObjectRead, ObjectWrite, all_plans
 from croupier.exchange.segments import Chunk
 from croupier.exchange.topology import Topology, candidates
 from croupier.storage import open_store
@@ -42,6 +43,20 @@ def plans(draw: st.DrawFn) -> ExchangePlan:
 @given(plan=plans())
 def test_every_bucket_reaches_its_partition(plan: ExchangePlan) -> None:
     """Follow the objects: data of bucket b from any producer ends at worker partition_of(b)."""
+
+    # a sender's objects and a receiver's level-0 reads are the same for every bucket followed:
+    # listed once each (reads(0, r) looks at every producer; it was called per bucket and object)
+    @functools.cache
+    def writes(level: int, sender: int) -> list[ObjectWrite]:
+        return plan.writes(level, sender)
+
+    @functools.cache
+    def level0_reads(receiver: int) -> dict[str, ObjectRead]:
+        found: dict[str, ObjectRead] = {}
+        for x in plan.reads(0, receiver):
+            found.setdefault(x.key, x)  # the first read of a key, as next() over the list took
+        return found
+
     for sender in range(plan.producers):
         for bucket in range(plan.bucket_count):
             partition = plan.partition_of(bucket)
@@ -49,10 +64,10 @@ def test_every_bucket_reaches_its_partition(plan: ExchangePlan) -> None:
             for level in range(plan.levels):
                 nxt = set()
                 for h in holders:
-                    for obj in plan.writes(level, h):
+                    for obj in writes(level, h):
                         for r in obj.receivers:
                             if plan.combine and level == 0:
-                                read = next(x for x in plan.reads(0, r) if x.key == obj.key)
+                                read = level0_reads(r)[obj.key]
                                 carries = read.segment <= bucket < read.segment_end
                             else:
                                 carries = plan.route(level, partition) == plan.topology.digit(r, level)
@@ -98,11 +113,12 @@ def test_partitions_are_balanced_contiguous_bucket_runs(p: int, extra: int) -> N
 @given(groups=group_sizes)
 def test_level_one_blocks_are_contiguous_partition_ranges(groups: tuple[int, ...]) -> None:
     topo = Topology(groups)
+    digits = [[topo.digit(q, i) for i in range(topo.levels)] for q in range(topo.workers)]  # each worker's digits, computed once
     for w in range(topo.workers):
         for level in range(topo.levels):
             block = topo.block(w, level)
             assert w in block
-            assert set(block) == {q for q in range(topo.workers) if all(topo.digit(q, i) == topo.digit(w, i) for i in range(level + 1))}
+            assert set(block) == {q for q in range(topo.workers) if all(digits[q][i] == digits[w][i] for i in range(level + 1))}
 
 
 @pytest.mark.parametrize("p", [4, 9, 16, 64, 144])
@@ -195,8 +211,12 @@ def test_executor_delivers_every_chunk_in_order_with_exact_counts(tmp_path_facto
     root = tmp_path_factory.mktemp("ex").as_uri()
     inputs = [_chunks(plan, s) for s in range(plan.producers)]
     got, counts = run_plan(root, plan, inputs)
+    sent: dict[int, list[tuple[int, int]]] = {}  # each input chunk by its bucket's partition, in one pass
+    for cs in inputs:
+        for c in cs:
+            sent.setdefault(plan.partition_of(c.bucket), []).append((c.bucket, c.origin))
     for w, chunks in enumerate(got):
-        expected = sorted(((c.bucket, c.origin) for cs in inputs for c in cs if plan.partition_of(c.bucket) == w))
+        expected = sorted(sent.get(w, []))
         assert [(c.bucket, c.origin) for c in chunks] == expected
         assert all(bytes(c.parts[0]) == f"{c.origin}:{c.bucket};".encode() for c in chunks)
     predicted = plan.predicted_requests()

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -19,7 +21,7 @@ from croupier.config import Config
 from croupier.jobs.gensort import gensort
 from croupier.storage import open_store
 
-from .conftest import sigint_default
+from .conftest import BUCKET, sigint_default
 
 CLI = [sys.executable, "-m", "croupier.cli", "--no-calibrate", "--no-progress", "--concurrency", "2"]
 SIZE = 100_000_000  # a sort of a few seconds on two cores: long enough to be stopped half-way
@@ -53,17 +55,37 @@ def _wait_for_work(out: str, config: Config, proc: subprocess.Popen[str], extra:
     pytest.fail(f"the run never started its work (exit {proc.poll()}): {proc.communicate()[1][-2000:]}")
 
 
-@pytest.fixture
-def sort_input(store_env: tuple[str, Config]) -> tuple[str, Config]:
-    url, config = store_env
+@pytest.fixture(scope="module", params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """The module's store kinds, module-scoped: the sort input is generated once per store."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def shared_input(backend_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The sorts' input (SIZE bytes in 4 parts), generated once per store for the module's tests:
+    each only reads it, and writes its output and temporaries under its own root."""
+    if backend_kind == "local":
+        url, config = tmp_path_factory.mktemp("signals-input").as_uri(), Config(concurrency=2, function_memory=4 << 30)
+    else:
+        url, config = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}", request.getfixturevalue("s3_config")
     gensort(f"{url}/in", SIZE, 4, config)
-    return url, config
+    yield f"{url}/in"
+    if backend_kind == "s3":
+        open_store(url, config).delete_prefix()
+
+
+@pytest.fixture
+def sort_input(store_env: tuple[str, Config], shared_input: str) -> tuple[str, Config, str]:
+    """(this test's root, for the output; config; the shared input's URL)."""
+    url, config = store_env
+    return url, config, shared_input
 
 
 @pytest.mark.parametrize(("sig", "status", "group"), [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)], ids=["term", "ctrl-c-group"])
-def test_cli_stopped_by_a_signal_cleans_up(sort_input: tuple[str, Config], sig: int, status: int, group: bool) -> None:
-    url, config = sort_input
-    proc = _start([*CLI, "sort", f"{url}/in", f"{url}/out"], _env(config))
+def test_cli_stopped_by_a_signal_cleans_up(sort_input: tuple[str, Config, str], sig: int, status: int, group: bool) -> None:
+    url, config, source = sort_input
+    proc = _start([*CLI, "sort", source, f"{url}/out"], _env(config))
     _wait_for_work(f"{url}/out", config, proc, 0.05)
     os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
@@ -85,11 +107,11 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def test_python_api_stopped_by_sigterm_cleans_up(sort_input: tuple[str, Config], tmp_path: Path) -> None:
-    url, config = sort_input
+def test_python_api_stopped_by_sigterm_cleans_up(sort_input: tuple[str, Config, str], tmp_path: Path) -> None:
+    url, config, source = sort_input
     script = tmp_path / "job.py"
     script.write_text(PROGRAM)
-    proc = _start([sys.executable, str(script), f"{url}/in", f"{url}/out"], _env(config))
+    proc = _start([sys.executable, str(script), source, f"{url}/out"], _env(config))
     _wait_for_work(f"{url}/out", config, proc, 0.05)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
@@ -98,12 +120,12 @@ def test_python_api_stopped_by_sigterm_cleans_up(sort_input: tuple[str, Config],
     assert _keys(f"{url}/out", config) == []
 
 
-def test_sigkill_of_every_process_then_clean(sort_input: tuple[str, Config]) -> None:
+def test_sigkill_of_every_process_then_clean(sort_input: tuple[str, Config, str]) -> None:
     """SIGKILL the driver: its workers exit by themselves, quietly; kill what is left too; once the
     run's lease has expired, ``croupier clean`` removes every object the run left, partial ones too."""
-    url, config = sort_input
+    url, config, source = sort_input
     env = _env(config, CROUPIER_LEASE="1s")  # as test_clean_lease's killed CLI sort: a lease renewed every 1/3 s
-    proc = _start([*CLI, "sort", f"{url}/in", f"{url}/out"], env)
+    proc = _start([*CLI, "sort", source, f"{url}/out"], env)
     _wait_for_work(f"{url}/out", config, proc, 0.1)
     proc.kill()  # the driver only: the workers must notice and go
     _, err = proc.communicate(timeout=30)  # returns once every worker closed the inherited stderr

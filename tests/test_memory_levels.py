@@ -102,8 +102,12 @@ def test_the_executor_delivers_what_the_storage_levels_deliver_with_fewer_reques
     base plan; the store counts exactly the plan's requests, the base plan's less its memory levels'."""
     inputs = [[Chunk(b, s, 1, (f"{s}:{b};".encode(),)) for b in range(plan.bucket_count) if (b + s) % 5 != 3] for s in range(plan.producers)]
     got, counts = run_plan(tmp_path_factory.mktemp("mem").as_uri(), plan, inputs)
+    sent: dict[int, list[tuple[int, int]]] = {}  # each input chunk by its bucket's partition, in one pass
+    for cs in inputs:
+        for c in cs:
+            sent.setdefault(plan.partition_of(c.bucket), []).append((c.bucket, c.origin))
     for w, chunks in enumerate(got):
-        expected = sorted((c.bucket, c.origin) for cs in inputs for c in cs if plan.partition_of(c.bucket) == w)
+        expected = sorted(sent.get(w, []))
         assert [(c.bucket, c.origin) for c in chunks] == expected
         assert all(bytes(c.parts[0]) == f"{c.origin}:{c.bucket};".encode() for c in chunks)
     predicted = plan.predicted_requests()

@@ -249,10 +249,10 @@ def test_choose_matches_the_reference_model(cases: list[tuple[int, int, int, int
     for which, data_bytes, senders, buckets, concurrency, done, phase in cases:  # several profiles in turn: memos must not mix
         profile, phases = PROFILES[which], PHASES[phase]
         choice = choose(data_bytes, profile, concurrency=concurrency, senders=senders, buckets=buckets, producers_done=done, phases=phases, max_workers=12)
+        refs = {id(c): reference(c.plan, data_bytes, profile, concurrency, done, phases) for c in choice.candidates}  # once per candidate
         for c in choice.candidates:
-            assert shown(c) == reference(c.plan, data_bytes, profile, concurrency, done, phases), (c.plan.name, c.workers)
+            assert shown(c) == refs[id(c)], (c.plan.name, c.workers)
         # the choice itself, by the rule applied to the reference numbers
-        refs = {id(c): reference(c.plan, data_bytes, profile, concurrency, done, phases) for c in choice.candidates}
         point = min(choice.candidates, key=lambda c: (refs[id(c)]["seconds"], refs[id(c)]["cost"]))
         rivals = [c for c in choice.candidates if refs[id(c)]["low"] <= refs[id(point)]["high"]]
         best = min(rivals, key=lambda c: (round(refs[id(c)]["seconds"] + refs[id(c)]["high"], 9), refs[id(c)]["seconds"], len(c.stages)))

@@ -63,12 +63,20 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"t": root / "t", "u": root / "u.parquet", "e": root / "e"}
 
 
+_CONNECTIONS: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
+
+
 def _duckdb(query: str, tables: dict[str, Path]) -> tuple[pl.DataFrame, list[str]]:
-    con = duckdb.connect()
-    for name, path in tables.items():
-        pattern = f"{path}/*.parquet" if path.is_dir() else str(path)
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{pattern}')")
-    cursor = con.execute(query)
+    """DuckDB's answer and its column types, on one connection per set of tables (the module's
+    ``tables`` are written once and only read): its views are made once, not for every query."""
+    key = tuple((name, str(path)) for name, path in tables.items())
+    if key not in _CONNECTIONS:
+        con = duckdb.connect()
+        for name, path in tables.items():
+            pattern = f"{path}/*.parquet" if path.is_dir() else str(path)
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{pattern}')")
+        _CONNECTIONS[key] = con
+    cursor = _CONNECTIONS[key].execute(query)
     types = [str(d[1]) for d in cursor.description]
     return pl.from_arrow(cursor.to_arrow_table()), types  # type: ignore[return-value]
 

@@ -22,11 +22,10 @@ import croupier
 from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.run import make_executor
-from croupier.examples.tpc import reference_sql
 
 from .compare import differences
 from .conftest import leftover_tmp
-from .tpc_sql_common import duckdb_answer, is_ordered, upload_parts
+from .tpc_sql_common import duckdb_answer, is_ordered, official_sql, tpc_answer, upload_parts
 
 PARTS = 3
 TPCDS_SUBSET = (1, 5, 10, 12, 35, 36, 38, 47, 77, 97, 98)
@@ -50,10 +49,10 @@ def _failures(kind: str, numbers: tuple[int, ...], data: dict[str, Path], engine
         config = config.with_(broadcast_limit=broadcast_limit)
     failures: dict[str, list[str]] = {}
     for number in numbers:
-        query = reference_sql(kind, number)
+        query = official_sql(kind, number)
         frame = croupier.sql(query, tables, config=config)
         got = frame.collect(executor=executor)
-        problems = differences(got, duckdb_answer(query, data), ordered=is_ordered(query))
+        problems = differences(got, tpc_answer(query, data), ordered=is_ordered(query))
         if kind == "tpch" and number in JOIN_QUERIES:
             assert frame.last_run is not None
             problems += _join_decisions_missed(number, frame.last_run.describe(), broadcast_limit)

@@ -9,7 +9,7 @@ import pytest
 from croupier.config import Config
 from croupier.errors import ConfigError, ObjectNotFound, StorageError
 from croupier.storage import Location, open_store, parse_location
-from tests.helpers import ALL_BACKENDS
+from tests.conftest import ALL_BACKENDS
 
 
 @pytest.fixture(params=ALL_BACKENDS)

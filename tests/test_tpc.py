@@ -16,18 +16,17 @@ import pytest
 import croupier.frame as cf
 from croupier.report import served_requests
 from croupier.config import Config
-from croupier.examples.tpc import TPCDS, TPCH, compare, generate, reference
+from croupier.examples.tpc import TPCDS, TPCDS_TABLES, TPCH, TPCH_TABLES, compare, reference
 
 from .conftest import leftover_tmp
 from .tpc_sql_common import upload_parts
 
-SCALE = 0.01
-
 
 @pytest.fixture(scope="session")
-def tpc_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
-    root = tmp_path_factory.mktemp("tpc")
-    return {"tpch": generate("tpch", SCALE, root / "tpch"), "tpcds": generate("tpcds", SCALE, root / "tpcds")}
+def tpc_data(tpc_sql_data: dict[str, dict[str, Path]]) -> dict[str, dict[str, Path]]:
+    """The tables the frame-API queries read (``generate``'s default ones), at scale 0.01: those of
+    the session's ``tpc_sql_data`` (the same generator, scale and row groups), not generated twice."""
+    return {kind: {t: tpc_sql_data[kind][t] for t in tables} for kind, tables in (("tpch", TPCH_TABLES), ("tpcds", TPCDS_TABLES))}
 
 
 @pytest.fixture(scope="session")

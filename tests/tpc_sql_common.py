@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -15,17 +16,69 @@ from croupier.sql.types import duckdb_dtype
 from croupier.storage import open_store
 
 
-def duckdb_answer(query: str, paths: dict[str, Path]) -> pl.DataFrame:
-    """DuckDB's result for ``query`` over the Parquet files ``paths`` (one thread: one tie order)."""
+def _views(paths: dict[str, Path]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection (one thread: one deterministic order for rows that tie under ORDER BY)
+    with a view of each Parquet file of ``paths``."""
     con = duckdb.connect()
-    con.execute("SET threads = 1")  # one deterministic order for rows that tie under ORDER BY
+    con.execute("SET threads = 1")
     for table, path in paths.items():
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}')")
-    cursor = con.execute(query)
-    types = [str(d[1]) for d in cursor.description]
-    frame: pl.DataFrame = pl.from_arrow(cursor.to_arrow_table())  # type: ignore[assignment]
-    con.close()
+    return con
+
+
+def duckdb_answer(query: str, paths: dict[str, Path], con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
+    """DuckDB's result for ``query`` over the Parquet files ``paths`` (one thread: one tie order),
+    on ``con`` if given (a connection :func:`_views` made for ``paths``), else on a fresh one."""
+    own = con is None
+    if con is None:
+        con = _views(paths)
+    try:
+        cursor = con.execute(query)
+        types = [str(d[1]) for d in cursor.description]
+        frame: pl.DataFrame = pl.from_arrow(cursor.to_arrow_table())  # type: ignore[assignment]
+    finally:
+        if own:
+            con.close()
     return frame.with_columns([pl.col(c).cast(duckdb_dtype(t)) for c, t in zip(frame.columns, types) if t != "NULL"])
+
+
+@functools.cache
+def _official_texts(kind: str) -> dict[int, str]:
+    """Every official query text of ``kind`` ("tpch"/"tpcds"), read through one DuckDB connection:
+    ``reference_sql`` opens one and loads the extension for each text (0.1 s; the suite reads the
+    121 texts several times). ``test_sql_tpc`` checks that both give the same texts."""
+    from croupier.examples.tpc import _connect
+
+    con = _connect(kind)
+    try:
+        rows = con.execute(f"SELECT query_nr, query FROM {kind}_queries()").fetchall()
+    finally:
+        con.close()
+    return {int(number): str(text) for number, text in rows}
+
+
+def official_sql(kind: str, number: int) -> str:
+    """The official text of ``kind`` query ``number``: what ``reference_sql(kind, number)`` returns."""
+    return _official_texts(kind)[number]
+
+
+_ANSWERS: dict[tuple[str, tuple[tuple[str, str], ...]], pl.DataFrame] = {}
+_CONNECTIONS: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
+
+
+def tpc_answer(query: str, paths: dict[str, Path]) -> pl.DataFrame:
+    """:func:`duckdb_answer` over the session's TPC tables (``tpc_sql_data``: files no test writes),
+    computed once per query and shared: ``test_sql_tpc`` and ``test_sql_engine`` (on each store, and
+    again with broadcasts off) check the same queries against the same answers. Callers only read it.
+    The queries of one set of tables run on one connection that has their views (a fresh connection
+    and 24 views per TPC-DS query took three times as long as the query)."""
+    tables = tuple((table, str(path)) for table, path in paths.items())
+    key = (query, tables)
+    if key not in _ANSWERS:
+        if tables not in _CONNECTIONS:
+            _CONNECTIONS[tables] = _views(paths)
+        _ANSWERS[key] = duckdb_answer(query, paths, _CONNECTIONS[tables])
+    return _ANSWERS[key]
 
 
 def is_ordered(query: str) -> bool:
