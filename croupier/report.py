@@ -200,7 +200,7 @@ class RunReport:
             names = ", ".join(s.name for s in cold[:3]) + (f" and {len(cold) - 3} more" if len(cold) > 3 else "")
             line += (
                 f"; {names} ran in functions still faulting their memory in ({format_bytes(int(fresh))} fresh):"
-                " slower than warm functions, which the model predicts, and not learned from"
+                " slower than the warm functions the model prices, so not learned from"
             )
         # judged on the warm stages: a cold first run is slow for its memory's sake, not the profile's
         warm = [s for s in judged if not s.cold]
