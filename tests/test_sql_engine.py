@@ -22,10 +22,11 @@ import croupier
 from croupier.compute.base import Executor
 from croupier.config import Config
 from croupier.dag.run import make_executor
+from croupier.examples.tpc import reference_sql
 
 from .compare import differences
 from .conftest import leftover_tmp
-from .tpc_sql_common import duckdb_answer, is_ordered, official_sql, tpc_answer, upload_parts
+from .tpc_sql_common import duckdb_answer, is_ordered, tpc_answer, upload_parts
 
 PARTS = 3
 TPCDS_SUBSET = (1, 5, 10, 12, 35, 36, 38, 47, 77, 97, 98)
@@ -49,7 +50,7 @@ def _failures(kind: str, numbers: tuple[int, ...], data: dict[str, Path], engine
         config = config.with_(broadcast_limit=broadcast_limit)
     failures: dict[str, list[str]] = {}
     for number in numbers:
-        query = official_sql(kind, number)
+        query = reference_sql(kind, number)
         frame = croupier.sql(query, tables, config=config)
         got = frame.collect(executor=executor)
         problems = differences(got, tpc_answer(query, data), ordered=is_ordered(query))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import io
 from pathlib import Path
 
@@ -40,26 +39,6 @@ def duckdb_answer(query: str, paths: dict[str, Path], con: duckdb.DuckDBPyConnec
         if own:
             con.close()
     return frame.with_columns([pl.col(c).cast(duckdb_dtype(t)) for c, t in zip(frame.columns, types) if t != "NULL"])
-
-
-@functools.cache
-def _official_texts(kind: str) -> dict[int, str]:
-    """Every official query text of ``kind`` ("tpch"/"tpcds"), read through one DuckDB connection:
-    ``reference_sql`` opens one and loads the extension for each text (0.1 s; the suite reads the
-    121 texts several times). ``test_sql_tpc`` checks that both give the same texts."""
-    from croupier.examples.tpc import _connect
-
-    con = _connect(kind)
-    try:
-        rows = con.execute(f"SELECT query_nr, query FROM {kind}_queries()").fetchall()
-    finally:
-        con.close()
-    return {int(number): str(text) for number, text in rows}
-
-
-def official_sql(kind: str, number: int) -> str:
-    """The official text of ``kind`` query ``number``: what ``reference_sql(kind, number)`` returns."""
-    return _official_texts(kind)[number]
 
 
 _ANSWERS: dict[tuple[str, tuple[tuple[str, str], ...]], pl.DataFrame] = {}
