@@ -114,3 +114,15 @@ def kept_side_urls(ctx: TaskContext) -> list[str]:
     from croupier.dag.task import _SHARED
 
     return sorted({key[0] for key in _SHARED})
+
+
+def assert_delivered(plan, inputs, got) -> None:  # type: ignore[no-untyped-def]
+    """Every input chunk (``inputs``: per producer) reached the worker of its bucket's partition,
+    in (bucket, origin) order, with its payload ``"<origin>:<bucket>;"`` (``got``: per worker)."""
+    sent: dict[int, list[tuple[int, int]]] = {}  # each input chunk by its bucket's partition, in one pass
+    for chunks in inputs:
+        for c in chunks:
+            sent.setdefault(plan.partition_of(c.bucket), []).append((c.bucket, c.origin))
+    for w, chunks in enumerate(got):
+        assert [(c.bucket, c.origin) for c in chunks] == sorted(sent.get(w, []))
+        assert all(bytes(c.parts[0]) == f"{c.origin}:{c.bucket};".encode() for c in chunks)

@@ -20,6 +20,8 @@ from croupier.exchange.segments import Chunk
 from croupier.exchange.topology import Topology, candidates
 from croupier.storage import open_store
 
+from .helpers import assert_delivered
+
 group_sizes = st.lists(st.integers(2, 5), min_size=1, max_size=3).map(tuple)
 
 
@@ -211,14 +213,7 @@ def test_executor_delivers_every_chunk_in_order_with_exact_counts(tmp_path_facto
     root = tmp_path_factory.mktemp("ex").as_uri()
     inputs = [_chunks(plan, s) for s in range(plan.producers)]
     got, counts = run_plan(root, plan, inputs)
-    sent: dict[int, list[tuple[int, int]]] = {}  # each input chunk by its bucket's partition, in one pass
-    for cs in inputs:
-        for c in cs:
-            sent.setdefault(plan.partition_of(c.bucket), []).append((c.bucket, c.origin))
-    for w, chunks in enumerate(got):
-        expected = sorted(sent.get(w, []))
-        assert [(c.bucket, c.origin) for c in chunks] == expected
-        assert all(bytes(c.parts[0]) == f"{c.origin}:{c.bucket};".encode() for c in chunks)
+    assert_delivered(plan, inputs, got)
     predicted = plan.predicted_requests()
     assert counts["PUT"] == predicted["PUT"]
     assert counts.get("GET", 0) == predicted["GET"] and counts.get("GET_RANGE", 0) == predicted["GET_RANGE"]

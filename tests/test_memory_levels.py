@@ -33,6 +33,7 @@ from croupier.model.profile import StorageProfile
 from croupier.model.selector import choose, usable_memory
 from croupier.storage import open_store
 from croupier.testing import RedisServer
+from tests.helpers import assert_delivered
 from tests.conftest import leftover_tmp
 from tests.test_tiers import FAULT_CONFIG, assert_requests_match_plans, fast_objects, same_output, write_parts
 
@@ -102,14 +103,7 @@ def test_the_executor_delivers_what_the_storage_levels_deliver_with_fewer_reques
     base plan; the store counts exactly the plan's requests, the base plan's less its memory levels'."""
     inputs = [[Chunk(b, s, 1, (f"{s}:{b};".encode(),)) for b in range(plan.bucket_count) if (b + s) % 5 != 3] for s in range(plan.producers)]
     got, counts = run_plan(tmp_path_factory.mktemp("mem").as_uri(), plan, inputs)
-    sent: dict[int, list[tuple[int, int]]] = {}  # each input chunk by its bucket's partition, in one pass
-    for cs in inputs:
-        for c in cs:
-            sent.setdefault(plan.partition_of(c.bucket), []).append((c.bucket, c.origin))
-    for w, chunks in enumerate(got):
-        expected = sorted(sent.get(w, []))
-        assert [(c.bucket, c.origin) for c in chunks] == expected
-        assert all(bytes(c.parts[0]) == f"{c.origin}:{c.bucket};".encode() for c in chunks)
+    assert_delivered(plan, inputs, got)
     predicted = plan.predicted_requests()
     assert {k: counts.get(k, 0) for k in predicted} == predicted
     base = plan.base().predicted_requests()
