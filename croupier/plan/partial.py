@@ -2,8 +2,8 @@
 
     input ──pre──> keys, __a0, __a1, ... ──partial──> keys, __p0, ... ══exchange══> final ──> keys, aggs
 
-* ``pre`` (a ``Select``): the grouping keys and the operand of every distinct aggregation found in
-  the aggregation expressions (``sum(a) / sum(b)`` has two). With nothing to read (``len()`` and
+* ``pre`` (a ``Select``): the grouping keys and every distinct operand of the aggregations found
+  in the aggregation expressions (``sum(a) / sum(b)`` has two; ``min(a), max(a)`` one). With nothing to read (``len()`` and
   no keys) it keeps the input's cheapest column, so the rows survive.
 * ``partial`` (an ``Aggregate`` operator, run per task): sum -> sum, count/len/null_count ->
   count, min -> min, max -> max, mean -> sum and count of the operand as Float64.
@@ -128,10 +128,19 @@ def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr,
     if not parts:  # only literals: count rows anyway, so the steps keep one row per group
         parts = [Agg("len", None)]
     split = all(_splits(p, schema) for p in parts)
+    # one pre-projected column per distinct operand: sum(v), min(v) and max(v) all read one
+    # column, so a partial aggregation that passes its rows through sends v once, not thrice
+    operand_of: list[str] = []
+    named: dict[str, str] = {}
     for j, p in enumerate(parts):
-        if p.operand is not None:
-            operand = p.operand.cast(pl.Float64) if split and p.fn == "mean" else p.operand
+        if p.operand is None:
+            operand_of.append("")
+            continue
+        operand = p.operand.cast(pl.Float64) if split and p.fn == "mean" else p.operand
+        if operand.show() not in named:
+            named[operand.show()] = f"__a{j}"
             pre.append(operand.alias(f"__a{j}"))
+        operand_of.append(named[operand.show()])
     if not pre:
         pre.append(Col(cheapest_column(schema)))
     dtypes = _part_dtypes(schema, keys, parts)
@@ -140,13 +149,13 @@ def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr,
     tail: tuple[Operator, ...] = ((casts,) if casts else ()) + (out,)
     key_t = tuple(names)
     if not split:
-        specs = tuple(AggSpec(p.fn, None if p.operand is None or p.fn == "len" else f"__a{j}", f"__r{j}", p.args) for j, p in enumerate(parts))
+        specs = tuple(AggSpec(p.fn, None if p.operand is None or p.fn == "len" else operand_of[j], f"__r{j}", p.args) for j, p in enumerate(parts))
         return LoweredAgg(Select(tuple(pre)), None, (AggregateOp(key_t, specs),) + tail)
     partial: list[AggSpec] = []
     final: list[AggSpec] = []
     means: list[Expr] = []
     for j, p in enumerate(parts):
-        a, r = f"__a{j}", f"__r{j}"
+        a, r = operand_of[j], f"__r{j}"
         if p.fn == "mean":
             partial += [AggSpec("sum", a, f"__p{j}s"), AggSpec("count", a, f"__p{j}c")]
             final += [AggSpec("sum", f"__p{j}s", f"__p{j}s"), AggSpec("sum", f"__p{j}c", f"__p{j}c")]
