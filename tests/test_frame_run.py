@@ -499,3 +499,32 @@ def test_a_join_prices_its_build_side_as_well_as_its_stream(data: dict[str, Path
         joined = sum(v[0] for k, v in stage.phases.items() if k.startswith("hash_join"))
         fetched = sum(v[0] for k, v in stage.phases.items() if k.startswith("read:exchange"))
         assert fetched > 0 and joined >= 0.99 * fetched, (stage.name, stage.phases)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "2-level+wc"])
+def test_a_group_by_of_distinct_keys_sends_its_rows_condensed(config: Config, tmp_path: Path, algorithm: str) -> None:
+    """Nearly every key distinct: the partial tasks pass their rows through, and send each one's
+    key and the one column its sum, min and max read (12 bytes), not the partial form (key,
+    count, sum, min, max, mean's sum and count: 48 bytes); one task aggregates (a few repeated
+    keys), so the readers get both forms. Polars' answer, nulls and dtypes included; an
+    exchange's requests still equal its plan's."""
+    rng = np.random.default_rng(5)
+    rows = 140_000  # per file: each partial task judges on 65,536 rows of at least twice that
+    for i in range(3):
+        keys = rng.integers(0, 10**12, rows) if i else rng.integers(0, 1_000, rows)
+        v = pl.Series(rng.integers(-1000, 1000, rows), dtype=pl.Int32)
+        pl.DataFrame({"g": keys, "v": v}).with_columns(pl.when(pl.col("v") % 11 == 0).then(None).otherwise(pl.col("v")).alias("v")).write_parquet(tmp_path / f"part-{i}.parquet")
+    cfg = config.with_(algorithm=algorithm, workers=4)
+    aggs = (count().alias("n"), col("v").count().alias("c"), col("v").sum().alias("s"), col("v").min().alias("lo"), col("v").max().alias("hi"), col("v").mean().alias("m"))
+    q = cf.scan_parquet(tmp_path / "part-*.parquet", config=cfg).group_by("g").agg(*aggs)
+    got = q.collect().sort("g")
+    want = pl.scan_parquet(tmp_path / "part-*.parquet").group_by("g").agg(pl.len().alias("n"), pl.col("v").count().alias("c"), pl.col("v").sum().alias("s"), pl.col("v").min().alias("lo"), pl.col("v").max().alias("hi"), pl.col("v").mean().alias("m")).collect().sort("g")
+    assert got.schema == want.schema and got.equals(want)
+    assert q.last_run is not None and q.last_run.report is not None
+    report = q.last_run.report
+    partial = next(s for s in report.stages if s.name.endswith("partial-agg"))
+    written = partial.phases["write:exchange-frames-arrow-hash"][0]
+    # two files condensed: key, v and mean's v as Float64 (20 bytes a row, where the partial
+    # form takes 48 and more); one file aggregated into 1,000 groups
+    assert 2 * rows * 20 <= written < 2 * rows * 24, written
+    assert all(served_requests(e) == e["predicted_requests"] for e in report.exchanges)

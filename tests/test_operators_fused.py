@@ -20,6 +20,7 @@ from croupier.dag.operators import AggSpec, Aggregate, Filter, Fused, HashJoin, 
 from croupier.dag.scan import ScanSpec
 from croupier.dag.stage import ScanSource, Stage
 from croupier.frame import col
+from croupier.ops.payload import Condensed
 
 
 class Opaque(Operator):
@@ -89,6 +90,12 @@ def test_fused_pipeline_matches_eager_polars(rows: int, groups: int, filt: int, 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Aggregate, "PROBE_ROWS", 8)
         got = Fused(tuple(steps)).apply(df, sides)
+        sent = Fused(tuple(steps)).apply_to_exchange(df, sides)  # rows passed through go condensed
+        alone = steps[-1].apply_to_exchange(run_pipeline(df, tuple(steps[:-1]), sides), sides)
+    for out in (sent, alone):
+        assert adaptive or not isinstance(out, Condensed)
+        frame = out.expanded() if isinstance(out, Condensed) else out
+        assert frame.schema == got.schema and _merged(frame, "k").equals(_merged(got, "k"))
     expected = _eager(df, filt, "k", sides if join else None)
     assert got.schema == expected.schema
     assert pipeline_schema(df.head(0), fuse(tuple(steps)), {k: v.head(0) for k, v in sides.items()}) == got.schema
@@ -104,6 +111,8 @@ def test_adaptive_aggregation_in_a_fused_run_passes_many_groups_through() -> Non
     passed = Fused(steps).apply(df, {})
     assert passed.height == df.filter(pl.col("v") > 9).height
     assert _merged(passed, "k").equals(_merged(_eager(df, 9, "k"), "k"))
+    sent = Fused(steps).apply_to_exchange(df, {})  # into an exchange: the key and the values only
+    assert isinstance(sent, Condensed) and sent.frame.columns == ["k", "w", "f"] and sent.expanded().equals(passed)
     few = df.with_columns(pl.col("k") % 5)
     assert Fused(steps).apply(few, {}).height == 5
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from croupier.exchange import segments
-from croupier.ops.payload import FRAME_FORMATS, RECORD_FORMATS, FrameCodec, RecordsCodec
+from croupier.ops.payload import FRAME_FORMATS, RECORD_FORMATS, Condensed, Expansion, FrameCodec, RecordsCodec
 from tests import data
 
 
@@ -137,3 +138,40 @@ def test_segments_encode_with_their_size_and_decode_to_their_chunks(segs: list[l
         wire += blob
         expected += [(b, o, r, b"".join(ps)) for b, o, r, ps in seg]
     assert [(c.bucket, c.origin, c.rows, bytes(c.parts[0])) for c in segments.decode(wire, "x")] == expected
+
+
+condensed_rows = st.lists(st.tuples(st.integers(-3, 3), st.one_of(st.none(), st.integers(-9, 9)), st.one_of(st.none(), st.text(max_size=3))), max_size=50)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=condensed_rows, buckets=st.integers(1, 6), fmt=st.sampled_from(FRAME_FORMATS), order=st.randoms(use_true_random=False))
+def test_condensed_chunks_decode_beside_plain_ones_in_chunk_order(rows: list[tuple[int, int | None, str | None]], buckets: int, fmt: str, order: Any) -> None:
+    """A producer's condensed chunks (key and value) and another's plain ones (partial
+    aggregates) of the same exchange, in any order, in memory and through the wire format:
+    the reader sees the declared columns and dtypes, rows in chunk order, nulls kept (a count of
+    a null is 0, a sum of it 0, its min null)."""
+    raw = pl.DataFrame(rows, schema={"k": pl.Int64, "v": pl.Int32, "s": pl.String}, orient="row")
+    expansion = Expansion((("k", "value", "k"), ("n", "one", None), ("c", "valid", "v"), ("t", "or_zero", "v"), ("lo", "value", "s"), ("hi", "value", "v")))
+    declared = pl.Schema({"k": pl.Int64, "n": pl.Int64, "c": pl.Int64, "t": pl.Int64, "lo": pl.String, "hi": pl.Int32})
+    full = raw.select(pl.col("k"), pl.lit(1, pl.Int64).alias("n"), pl.col("v").is_not_null().cast(pl.Int64).alias("c"), pl.col("v").fill_null(0).cast(pl.Int64).alias("t"), pl.col("s").alias("lo"), pl.col("v").alias("hi"))
+    assert Condensed(raw, expansion, declared).expanded().equals(full)
+    bucket = (raw["k"].to_numpy() % buckets).astype(np.int64)
+    codec = FrameCodec(fmt)
+    condensed = codec.encode(raw, bucket, buckets, origin=0, expansion=expansion)
+    plain = codec.encode(full, bucket, buckets, origin=1)
+    assert all(bytes(c.parts[0][:4]) == b"CRC1" for c in condensed)
+    chunks = condensed + plain
+    order.shuffle(chunks)
+    expected = pl.concat([full.filter(pl.Series(bucket == c.bucket)) for c in chunks]) if chunks else full.head(0)
+    assert codec.decode(chunks, declared).equals(expected)
+    wire = segments.decode(b"".join(bytes(b) for b in segments.encode(chunks)), "x")
+    assert codec.decode(wire, declared).equals(expected)
+
+
+def test_a_condensed_chunk_that_does_not_expand_to_the_declared_columns_is_refused() -> None:
+    raw = pl.DataFrame({"k": [1, 2]})
+    chunks = FrameCodec().encode(raw, np.zeros(2, np.int64), 1, 0, Expansion((("k", "value", "k"), ("n", "one", None))))
+    with pytest.raises(ValueError, match=r"expands to columns \['k', 'n'\], but the exchange declares \['k', 'm'\]"):
+        FrameCodec().decode(chunks, pl.Schema({"k": pl.Int64, "m": pl.Int64}))
+    with pytest.raises(ValueError, match="cannot expand"):
+        Expansion((("n", "one", "k"),))

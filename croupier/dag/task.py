@@ -37,7 +37,7 @@ from croupier.exchange.plan import ExchangePlan
 from croupier.expr import Expr
 from croupier.ops import partition, terasort
 from croupier.ops.gensort import generate
-from croupier.ops.payload import FrameCodec, RecordsCodec
+from croupier.ops.payload import Condensed, FrameCodec, RecordsCodec
 from croupier.ops.records import RECORD_SIZE, RecordRuns
 from croupier.report import PHASE_FIELDS
 from croupier.storage import Store
@@ -225,6 +225,8 @@ def data_bytes(data: Any) -> int:
     """Bytes of data flowing through a phase (frames: Polars' estimate; records: 100 per record)."""
     if isinstance(data, pl.DataFrame):
         return int(data.estimated_size())
+    if isinstance(data, Condensed):
+        return int(data.frame.estimated_size())
     if isinstance(data, RecordRuns):
         return len(data) * RECORD_SIZE
     return 0
@@ -260,10 +262,14 @@ def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
     data = phases.run(read_kind(spec.main), read_sized, ctx, spec.main, sized=True)
     cached: dict[str, dict[str, int]] = {}
     sides = {name: read_shared(ctx, r, phases, cached) if r.shared else phases.run(read_kind(r), read, ctx, r) for name, r in spec.sides.items()}
-    for op in spec.ops:
+    last = len(spec.ops) - 1
+    for i, op in enumerate(spec.ops):
         # a join works through its build side as well as the stream: both sizes price it
         built = sum(data_bytes(sides[name]) for name in op.sides if name in sides)
-        data = phases.run(op.cost_kind, op.for_task(spec.index).apply, data, sides, also=built)
+        step = op.for_task(spec.index)
+        # the last operator before an exchange may hand its rows condensed (see Condensed)
+        apply = step.apply_to_exchange if i == last and isinstance(spec.write, ExchangeWrite) else step.apply
+        data = phases.run(op.cost_kind, apply, data, sides, also=built)
     out = phases.run(write_kind(spec.write, data), _write_data, data, ctx, spec.write)
     out["phases"] = phases.kinds
     if cached:
@@ -373,6 +379,8 @@ def run_memory_level(ctx: TaskContext, url: str, plan: LevelsPlan, level: int, t
 
 def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
     """Write ``data`` as ``sink`` says; return the metadata for the driver."""
+    if isinstance(data, Condensed) and (not isinstance(sink, ExchangeWrite) or inlined(sink, data)):
+        data = data.expanded()  # condensed rows are for exchange objects: their readers expand them
     if isinstance(sink, ResultWrite):
         return {"value": data}
     if isinstance(sink, OutputWrite):
@@ -400,7 +408,8 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
 def inlined(sink: Write, data: Any) -> bool:
     """Whether a task returns its rows in its reply instead of writing them: the driver is their
     one reader and they are small (Polars' size estimate within ``sink.inline`` bytes)."""
-    return isinstance(sink, ExchangeWrite) and sink.inline > 0 and isinstance(data, pl.DataFrame) and data.estimated_size() <= sink.inline
+    frame = data.frame if isinstance(data, Condensed) else data
+    return isinstance(sink, ExchangeWrite) and sink.inline > 0 and isinstance(frame, pl.DataFrame) and frame.estimated_size() <= sink.inline
 
 
 def _forget(store: Store, sink: ExchangeWrite) -> None:
@@ -435,8 +444,10 @@ def _record_chunks(sink: ExchangeWrite, data: RecordRuns) -> tuple[list[Any], in
     return RecordsCodec(fmt).encode(grouped, sink.sender), sum(len(r) for r in data.parts)
 
 
-def _frame_chunks(sink: ExchangeWrite, df: pl.DataFrame) -> tuple[list[Any], int, dict[str, Any]]:
-    """Cut a frame into the plan's buckets; with ``sample_by``, also a sample of its sort keys."""
+def _frame_chunks(sink: ExchangeWrite, data: pl.DataFrame | Condensed) -> tuple[list[Any], int, dict[str, Any]]:
+    """Cut a frame (or condensed rows) into the plan's buckets; with ``sample_by``, also a sample
+    of its sort keys."""
+    df, expansion = (data.frame, data.expansion) if isinstance(data, Condensed) else (data, None)
     buckets = _buckets(sink.plan)
     part = sink.partitioning
     if isinstance(part, HashPartitioning):
@@ -451,7 +462,7 @@ def _frame_chunks(sink: ExchangeWrite, df: pl.DataFrame) -> tuple[list[Any], int
         keys = partition.sort_keys(df, [e.to_polars() for e in sink.sample_by])
         take = np.unique(np.linspace(0, df.height - 1, min(df.height, sink.sample_rows)).astype(np.int64))
         out["sample"] = keys[take]
-    return FrameCodec(sink.fmt).encode(df, bucket, buckets, sink.sender), df.height, out
+    return FrameCodec(sink.fmt).encode(df, bucket, buckets, sink.sender, expansion), df.height, out
 
 
 def write_output(ctx: TaskContext, sink: OutputWrite, data: Any) -> list[tuple[str, int, int]]:

@@ -7,10 +7,15 @@ Two representations travel through exchanges:
   ``arrow-lz4``, ``arrow-zstd``: Arrow IPC record batches of one fixed-size-binary(100) column,
   compressed (fewer bytes where writes are slow, as S3 PUT bandwidth is).
 * **frames** — query rows as Polars DataFrames, sent as Arrow IPC record-batch messages (no schema
-  message; the schema travels in the task's metadata), uncompressed or lz4/zstd.
+  message; the schema travels in the task's metadata), uncompressed or lz4/zstd. A producer may
+  send its rows *condensed* (:class:`Condensed`): fewer columns, from which the reader derives
+  the declared ones (a partial aggregation that passes its rows through sends each row's key and
+  value, not its count, sum, min and max: 12 bytes a row instead of 36). Such a chunk says so
+  itself — it starts with :data:`CONDENSED` and its own schema, whose metadata tells how to
+  expand it — so a reader needs no word from the driver about which producers condensed.
 
-Every bucket's payload is independently decodable, and the concatenation of several payloads of
-one codec is a valid payload, so the exchange moves chunks without decoding them. Encoding writes
+Every bucket's payload is independently decodable, and the concatenation of several plain payloads
+of one codec is a valid payload, so the exchange moves chunks without decoding them. Encoding writes
 all buckets of a task into ONE Arrow stream and cuts it at message boundaries: one pass, no copy per
 bucket. The partitioner (which row goes to which bucket) is pure CPU work in
 :mod:`croupier.ops.partition`; nothing here touches storage.
@@ -19,6 +24,7 @@ bucket. The partitioner (which row goes to which bucket) is pure CPU work in
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -27,6 +33,7 @@ import polars as pl
 import pyarrow as pa
 
 from croupier.exchange.segments import Chunk
+from croupier.storage.backend import Buffer
 from croupier.ops.codec import SMALL_MESSAGES, fixed_binary_bytes, write_options
 from croupier.ops.partition import contiguous
 from croupier.ops.records import RECORD_SIZE
@@ -189,6 +196,88 @@ def _plain(schema: pl.Schema) -> pl.Schema:
     return pl.Schema({k: (pl.String if isinstance(v, (pl.Categorical, pl.Enum)) else v) for k, v in schema.items()})
 
 
+#: The first bytes of a condensed chunk (an Arrow IPC message starts with 0xFFFFFFFF instead).
+CONDENSED = b"CRC1"
+#: The schema metadata key under which a condensed chunk says how to expand it.
+EXPAND_KEY = b"croupier.expand"
+#: How a declared column comes from a condensed one: the value itself, the constant 1 (a row
+#: counts once), whether it is not null (a count), or the value with nulls as 0 (a sum).
+EXPANSIONS = ("value", "one", "valid", "or_zero")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """How condensed rows become the declared ones: per declared column (in order), ``(name,
+    how, source)``, ``how`` one of :data:`EXPANSIONS` and ``source`` a condensed column (None for
+    ``one``). Travels as JSON in the condensed chunk's schema metadata."""
+
+    columns: tuple[tuple[str, str, str | None], ...]
+
+    def __post_init__(self) -> None:
+        for name, how, source in self.columns:
+            if how not in EXPANSIONS or (source is None) != (how == "one"):
+                raise ValueError(f"column {name!r}: cannot expand {how!r} of {source!r}; expansions are {EXPANSIONS}")
+
+    def to_json(self) -> bytes:
+        return json.dumps([list(c) for c in self.columns]).encode()
+
+    @classmethod
+    def from_json(cls, text: bytes) -> Expansion:
+        return cls(tuple((str(name), str(how), None if source is None else str(source)) for name, how, source in json.loads(text)))
+
+    def apply(self, df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+        """The declared frame of ``schema`` from the condensed ``df`` (columns named only as the
+        source of ``value`` share its memory: no copy)."""
+        if [name for name, _, _ in self.columns] != list(schema):
+            raise ValueError(f"a condensed chunk expands to columns {[c[0] for c in self.columns]}, but the exchange declares {list(schema)}: the producer and the reader disagree on the stage's output")
+        exprs = []
+        for name, how, source in self.columns:
+            if how == "one":
+                e = pl.lit(1)
+            elif how == "valid":
+                e = pl.col(source).is_not_null()
+            elif how == "or_zero":
+                e = pl.col(source).fill_null(0)
+            else:
+                e = pl.col(source)
+            exprs.append(e.cast(schema[name]).alias(name))
+        return df.select(exprs)
+
+
+@dataclass(frozen=True)
+class Condensed:
+    """A task's rows sent condensed into an exchange: ``frame`` has the columns ``expansion``
+    reads, and :meth:`expanded` gives the ``schema`` the stage declares (what every reader sees)."""
+
+    frame: pl.DataFrame
+    expansion: Expansion
+    schema: pl.Schema
+
+    @property
+    def height(self) -> int:
+        return self.frame.height
+
+    def expanded(self) -> pl.DataFrame:
+        return self.expansion.apply(self.frame, self.schema)
+
+
+def _is_condensed(chunk: Chunk) -> bool:
+    return bool(chunk.parts) and bytes(memoryview(chunk.parts[0])[: len(CONDENSED)]) == CONDENSED
+
+
+def _expand_chunk(chunk: Chunk, plain: pl.Schema, arrow_schema: pa.Schema) -> list[pa.RecordBatch]:
+    """The declared rows of a condensed chunk: its stream (own schema, expansion in the schema's
+    metadata) decoded where it lies when it is one buffer (as read back), expanded."""
+    first = memoryview(chunk.parts[0])[len(CONDENSED) :]
+    stream = pa.py_buffer(first) if len(chunk.parts) == 1 else pa.py_buffer(b"".join([first, *chunk.parts[1:]]))
+    table = pa.ipc.open_stream(stream).read_all()
+    expansion = Expansion.from_json((table.schema.metadata or {})[EXPAND_KEY])
+    df = pl.from_arrow(table.replace_schema_metadata(None), rechunk=False)
+    assert isinstance(df, pl.DataFrame)
+    out = expansion.apply(df, plain).to_arrow()
+    return (out if out.schema == arrow_schema else out.cast(arrow_schema)).to_batches()
+
+
 @dataclass(frozen=True)
 class FrameCodec:
     """Query rows in exchange chunks: Arrow IPC record-batch messages, optionally compressed."""
@@ -199,8 +288,10 @@ class FrameCodec:
         if self.fmt not in FRAME_FORMATS:
             raise ValueError(f"frame format must be one of {FRAME_FORMATS}, got {self.fmt!r}")
 
-    def encode(self, df: pl.DataFrame, bucket: np.ndarray, buckets: int, origin: int) -> list[Chunk]:
-        """One chunk per non-empty bucket; row ``i`` goes to bucket ``bucket[i]`` (row order kept)."""
+    def encode(self, df: pl.DataFrame, bucket: np.ndarray, buckets: int, origin: int, expansion: Expansion | None = None) -> list[Chunk]:
+        """One chunk per non-empty bucket; row ``i`` goes to bucket ``bucket[i]`` (row order kept).
+        With ``expansion``, ``df`` is condensed (see :class:`Condensed`) and each chunk carries its
+        own schema and the expansion, behind :data:`CONDENSED`."""
         if df.height == 0:
             return []
         plain = _plain(df.schema)
@@ -214,6 +305,8 @@ class FrameCodec:
         else:
             counts = np.array([df.height])
         table = df.to_arrow()
+        if expansion is not None:
+            table = table.replace_schema_metadata({EXPAND_KEY: expansion.to_json()})
         starts = np.concatenate([[0], np.cumsum(counts)])
         keys = [int(b) for b in np.flatnonzero(counts)]
         batches = table.to_batches()
@@ -224,6 +317,9 @@ class FrameCodec:
             groups = [table.slice(int(starts[b]), int(counts[b])).to_batches() for b in keys]
         stream, cuts = _stream_cuts(table.schema, self.fmt, groups, table.nbytes)
         view = memoryview(stream)
+        if expansion is not None:  # each chunk readable alone: the marker and the schema first
+            head = CONDENSED + table.schema.serialize().to_pybytes()
+            return [Chunk(b, origin, int(counts[b]), (head, view[cuts[i] : cuts[i + 1]])) for i, b in enumerate(keys)]
         return [Chunk(b, origin, int(counts[b]), (view[cuts[i] : cuts[i + 1]],)) for i, b in enumerate(keys)]
 
     def decode(self, chunks: Sequence[Chunk], schema: pl.Schema, combine: bool = True) -> pl.DataFrame:
@@ -232,7 +328,15 @@ class FrameCodec:
         operator runs on: copying it into one chunk took a tenth of an 11.7M-group group-by)."""
         plain = _plain(schema)
         arrow_schema = wire_schema(schema)
-        batches = _decode_messages([p for c in chunks for p in c.parts], arrow_schema)
+        batches: list[pa.RecordBatch] = []
+        plain_run: list[Buffer] = []  # payloads of plain chunks, decoded together
+        for chunk in chunks:
+            if _is_condensed(chunk):
+                batches += _decode_messages(plain_run, arrow_schema) + _expand_chunk(chunk, plain, arrow_schema)
+                plain_run = []
+            else:
+                plain_run += chunk.parts
+        batches += _decode_messages(plain_run, arrow_schema)
         if not batches:
             return pl.DataFrame(schema=schema)
         # one contiguous chunk per column: a broadcast read gathers every bucket of every producer
