@@ -12,6 +12,8 @@ or 412 when the object is gone). A version is the object's ETag.
 from __future__ import annotations
 
 import math
+import os
+import threading
 from datetime import timedelta
 from typing import Sequence
 
@@ -55,8 +57,9 @@ class S3Backend(Backend):
             raise StorageError(f"{location} is not an S3 location")
         self.location = location
         self._prefix = location.path
+        self._root = f"{self._prefix}/" if self._prefix else ""  # prepended to keys: one client serves every prefix
         self._endpoint = options.endpoint
-        self._store = S3Store(location.bucket, **_store_kwargs(self._prefix, options, request_timeout))
+        self._store = _client(location.bucket, options, request_timeout)
 
     @property
     def url(self) -> str:
@@ -70,14 +73,20 @@ class S3Backend(Backend):
             raise ConfigError(f"{self.location}/{key}: S3 keys are at most {MAX_S3_KEY_BYTES} bytes")
         return key
 
+    def _path(self, key: str) -> str:
+        """``key``'s path in the bucket."""
+        return self._root + self._key(key)
+
     def put(self, key: str, parts: Sequence[Buffer]) -> None:
         data = _joined(parts)
-        self._call(self._key(key), lambda: obstore.put(self._store, key, data))
+        path = self._path(key)
+        self._call(key, lambda: obstore.put(self._store, path, data))
 
     def put_create(self, key: str, parts: Sequence[Buffer]) -> str:
         data = _joined(parts)
         try:
-            result = self._call(self._key(key), lambda: obstore.put(self._store, key, data, mode="create"))
+            path = self._path(key)
+            result = self._call(key, lambda: obstore.put(self._store, path, data, mode="create"))
         except _Conditional as exc:
             raise ObjectExists(f"{self.url}/{key} already exists") from exc.__cause__
         return str(result["e_tag"])
@@ -85,31 +94,36 @@ class S3Backend(Backend):
     def put_replace(self, key: str, parts: Sequence[Buffer], version: str) -> str:
         data = _joined(parts)
         try:
-            result = self._call(self._key(key), lambda: obstore.put(self._store, key, data, mode={"e_tag": version}))
+            path = self._path(key)
+            result = self._call(key, lambda: obstore.put(self._store, path, data, mode={"e_tag": version}))
         except (_Conditional, ObjectNotFound) as exc:
             raise VersionMismatch(f"{self.url}/{key}: expected version {version}, but the object changed or is gone") from exc
         return str(result["e_tag"])
 
     def get(self, key: str) -> Buffer:
-        return self._call(self._key(key), lambda: obstore.get(self._store, key).bytes())  # type: ignore[no-any-return]
+        path = self._path(key)
+        return self._call(key, lambda: obstore.get(self._store, path).bytes())  # type: ignore[no-any-return]
 
     def get_range(self, key: str, start: int, end: int) -> Buffer:
         if end <= start:
             self.head(key)  # a zero-length range still fails for a missing object
             return b""
-        return self._call(self._key(key), lambda: obstore.get_range(self._store, key, start=start, end=end))  # type: ignore[no-any-return]
+        path = self._path(key)
+        return self._call(key, lambda: obstore.get_range(self._store, path, start=start, end=end))  # type: ignore[no-any-return]
 
     def head(self, key: str) -> ObjectInfo:
-        meta = self._call(self._key(key), lambda: obstore.head(self._store, key))
+        path = self._path(key)
+        meta = self._call(key, lambda: obstore.head(self._store, path))
         return ObjectInfo(key, int(meta["size"]), meta.get("e_tag"))
 
     def list_pages(self, prefix: str) -> list[list[ObjectInfo]]:
         check_prefix(prefix, str(self.location))
 
         def run() -> list[list[ObjectInfo]]:
-            folder = prefix.rpartition("/")[0] or None
+            folder = (self._root + prefix.rpartition("/")[0]).rstrip("/") or None
             stream = obstore.list(self._store, prefix=folder, chunk_size=1000)
-            pages = [[ObjectInfo(m["path"], int(m["size"]), m.get("e_tag")) for m in chunk] for chunk in stream]
+            cut = len(self._root)
+            pages = [[ObjectInfo(m["path"][cut:], int(m["size"]), m.get("e_tag")) for m in chunk] for chunk in stream]
             return [sorted(p, key=lambda o: o.key) for p in pages] or [[]]
 
         pages = self._call(prefix, run)
@@ -118,15 +132,14 @@ class S3Backend(Backend):
 
     def rename(self, src: str, dst: str) -> None:
         """Server-side copy, then delete of the source (S3 has no rename)."""
-        self._key(dst)
-        self._call(self._key(src), lambda: obstore.copy(self._store, src, dst, overwrite=True))
+        source, target = self._path(src), self._path(dst)
+        self._call(src, lambda: obstore.copy(self._store, source, target, overwrite=True))
         self.delete([src])
 
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
-            for key in keys:
-                self._key(key)
-            self._call(keys[0], lambda: obstore.delete(self._store, list(keys)))
+            paths = [self._path(key) for key in keys]
+            self._call(keys[0], lambda: obstore.delete(self._store, paths))
 
     def _call(self, key: str, fn):  # type: ignore[no-untyped-def]
         """Run one obstore call, translating its errors into Croupier's, naming the object."""
@@ -156,8 +169,27 @@ def _joined(parts: Sequence[Buffer]) -> Buffer:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _store_kwargs(prefix: str, options: S3Options, request_timeout: float) -> dict[str, object]:
-    """Keyword arguments for obstore's S3Store: credentials, endpoint, timeouts, no retries."""
+#: obstore clients of this process, one per bucket and settings (endpoint, credentials, timeouts):
+#: making one takes about 6 ms (its HTTP client and TLS set-up), which every store of a new prefix
+#: paid — a run's temporaries, each output, in the driver and in every worker — and it kept its own
+#: connections. Keyed by process too: a forked child must not use its parent's connections.
+_CLIENTS: dict[tuple[int, str, str], S3Store] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(bucket: str, options: S3Options, request_timeout: float) -> S3Store:
+    kwargs = _store_kwargs(options, request_timeout)
+    key = (os.getpid(), bucket, repr(sorted(kwargs.items())))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = S3Store(bucket, **kwargs)
+        return client
+
+
+def _store_kwargs(options: S3Options, request_timeout: float) -> dict[str, object]:
+    """Keyword arguments for obstore's S3Store: credentials, endpoint, timeouts, no retries (no
+    prefix: the backend prepends its own)."""
     kwargs: dict[str, object] = {
         "region": options.region,
         "virtual_hosted_style_request": options.virtual_hosted_style,
@@ -168,8 +200,6 @@ def _store_kwargs(prefix: str, options: S3Options, request_timeout: float) -> di
         },
         "retry_config": {"max_retries": 0, "retry_timeout": timedelta(seconds=1)},
     }
-    if prefix:
-        kwargs["prefix"] = prefix
     if options.endpoint:
         kwargs["endpoint"] = options.endpoint
     if options.access_key_id is not None:
