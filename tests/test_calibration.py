@@ -148,3 +148,20 @@ def test_a_query_reports_the_operator_signatures_its_plan_prices_and_its_profile
     assert reported <= planned, "every signed kind a task reports is one the planner prices"
     entry = ProfileCache(config.profile_cache).load(machine_id(), store_key(config.tmp_url, None), 2)
     assert entry is not None and reported <= set(entry.profile.compute) | set(entry.profile.call_seconds)
+
+
+def test_a_grid_stream_opens_its_connection_with_an_empty_request_and_times_every_sized_one(tmp_path: Path) -> None:
+    """The untimed first request of each stream is an empty one (it opens the connection): one of
+    the point's size was up to a third of the grid's bytes; every request of the size is timed."""
+    from croupier.compute.context import TaskContext
+    from croupier.storage import open_store
+
+    config = Config(concurrency=2)
+    url = (tmp_path / "grid").as_uri()
+    ctx = TaskContext("t", config, backends={})
+    wrote = calibration._requests(ctx, url, "p", "PUT", 1000, 2, 2)
+    assert [n for n, _ in wrote] == [2, 2] and all(s > 0 for _, s in wrote)
+    sizes = {o.key: o.size for o in open_store(url, config).list()}
+    assert sizes == {f"p/t{t}-{name}": size for t in (0, 1) for name, size in (("open", 0), ("0000", 1000), ("0001", 1000))}
+    assert [n for n, _ in calibration._requests(ctx, url, "p", "GET", 1000, 2, 2)] == [2, 2]
+    assert calibration.MIN_REQUESTS == 2

@@ -7,10 +7,10 @@ deleted at the end:
    functions; C functions with 4 threads each, as exchange fetches run) PUT then GET objects;
    aggregate requests/s per (size, P) fit q(s, P) = min(a(s) P, qmax(s)) for reads and writes,
    and the per-stream bandwidths b_r, b_w (:func:`croupier.model.fit.fit_curve`). Every stream
-   makes at least :data:`MIN_REQUESTS` requests and its first is not timed: it opens the
-   connection, which a run's stream pays once, not per request (timing one large request with
-   its set-up understated large-object bandwidth, so every extra exchange level was predicted as
-   a full extra pass — issue 15).
+   first opens its connection with an empty request, not timed: a run's stream pays that once,
+   not per request (timing one large request with its set-up understated large-object bandwidth,
+   so every extra exchange level was predicted as a full extra pass — issue 15); then it times at
+   least :data:`MIN_REQUESTS` requests of the point's size.
 2. **Standard workload**: real stages of the one engine on generated data, each with its plan
    forced, so that every phase kind and every term of the stage model is measured::
 
@@ -114,30 +114,37 @@ QUICK_BOOTSTRAP = 40
 # --- 1. the request grid ------------------------------------------------------------------------
 
 
-#: Requests per stream and grid point, at least: the first (untimed: connection set-up) and two
-#: timed ones, so that even the largest size measures a warm stream's bandwidth.
-MIN_REQUESTS = 3
+#: Timed requests per stream and grid point, at least: two, so that even the largest size
+#: measures a warm stream's bandwidth. (The connection is opened by an empty request before them:
+#: a first request of the point's size, untimed, was up to a third of the grid's bytes — 32 of the
+#: 96 MiB of the quick grid's 4 MiB writes at P = 8 — and of its time on S3.)
+MIN_REQUESTS = 2
+#: Timed requests per stream and grid point, at most.
+MAX_REQUESTS = 32
 
 
 def _requests(ctx: TaskContext, url: str, prefix: str, op: str, size: int, count: int, threads: int) -> list[tuple[int, float]]:
     """``threads`` threads each PUT (or GET) ``count`` objects of ``size`` bytes; return per thread
-    (requests timed, their seconds): every request after the thread's first (which sets up its
-    connection and is not timed)."""
+    (requests timed, their seconds). Each thread first opens its connection with an empty
+    request (PUT, or GET of what the PUT wrote), not timed."""
     store = ctx.store(url)
     block = os.urandom(min(size, 1 << 20))
     data = (block * (size // len(block) + 1))[:size]
 
     def stream(t: int) -> tuple[int, float]:
+        opening = f"{prefix}/t{t}-open"
+        if op == "PUT":
+            store.put(opening, b"")
+        else:
+            store.get(opening)
         started = time.perf_counter()
         for i in range(count):
-            if i == 1:
-                started = time.perf_counter()
             key = f"{prefix}/t{t}-{i:04d}"
             if op == "PUT":
                 store.put(key, data)
             else:
                 store.get(key)
-        return max(1, count - 1), time.perf_counter() - started
+        return count, time.perf_counter() - started
 
     with ThreadPoolExecutor(threads) as pool:
         return list(pool.map(stream, range(threads)))
@@ -157,7 +164,7 @@ def grid_points(executor: Executor, config: Config, url: str, sizes: Sizes) -> t
     for size in (parse_size(s) for s in sizes.grid_sizes):
         for functions, threads in shapes:
             p = functions * threads
-            count = max(MIN_REQUESTS, min(64, budget // (size * p)))
+            count = max(MIN_REQUESTS, min(MAX_REQUESTS, budget // (size * p)))
             prefix = f"grid/{size}-{functions}x{threads}"
             for op, direction in (("PUT", "write"), ("GET", "read")):
                 tasks = [Task(f"{op}-{prefix}-{w}", _requests, (url, f"{prefix}/w{w}", op, size, count, threads)) for w in range(functions)]
