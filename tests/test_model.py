@@ -248,3 +248,31 @@ def test_p_outside_the_even_ones_where_memory_needs_it_and_a_hybrid_p_rounded_up
     choice = choose(int(data), profile, concurrency=2, max_workers=60, senders=4, buckets=64, producers_done=True)
     assert 40 <= choice.best.workers <= 60
     assert min(c.workers for c in choice.candidates) == 40
+
+
+def test_late_binding_prices_the_consumers_on_the_decoded_rows_and_storage_on_the_stored_bytes() -> None:
+    """Producers that compressed or condensed their rows wrote a third of what their consumers
+    decode and work through: the consumers' compute is priced on the decoded bytes, the exchange's
+    reads on the stored ones; the binder passes what the producers measured."""
+    from croupier.dag.binding import Binder
+
+    profile = toy_profile(compute={"hash_aggregate": 4e-9, "read:": 1e-9}, startup_seconds=0, wave_seconds=0)
+    phases = {"reduce": ("read:exchange-frames-arrow", "hash_aggregate")}
+    plan = ExchangePlan(Topology((8,)), True, 8, 64)
+    stored, decoded = 100 << 20, 300 << 20
+
+    def terms(prediction: Prediction) -> dict[str, float]:
+        return {t.name: t.seconds for t in prediction.stages[-1].terms}
+
+    as_stored = terms(predict(plan, stored, profile, producers_done=True, phases=phases))
+    as_decoded = terms(predict(plan, decoded, profile, producers_done=True, phases=phases))
+    measured = terms(predict(plan, decoded, profile, producers_done=True, phases=phases, stored=stored / decoded))
+    assert measured["compute"] == pytest.approx(as_decoded["compute"]) and measured["compute"] == pytest.approx(3 * as_stored["compute"])
+    reads = [k for k in measured if k.startswith("read")]
+    assert reads and all(measured[k] == pytest.approx(as_stored[k]) for k in reads)
+    binder = Binder(Config(concurrency=2, calibration="off"), "file:///tmp/x", profile)
+    told = binder.late(stored, 8, 64, phases=phases, decoded=decoded)
+    assert told.choice is not None and told.choice.data_bytes == decoded and "300.0 MiB decoded" in told.how
+    assert told.choice.best.seconds == pytest.approx(predict(told.plan, decoded, profile, 2, True, phases, stored=stored / decoded).seconds)
+    untold = binder.late(stored, 8, 64, phases=phases)
+    assert untold.choice is not None and untold.choice.data_bytes == stored and "decoded" not in untold.how

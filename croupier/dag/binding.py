@@ -107,13 +107,13 @@ class Binder:
         return max(p, min(MAX_BUCKETS, BUCKETS_PER_PARTITION * p))
 
     # --- decisions --------------------------------------------------------------------------------
-    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None, tiers: Any = None, plan: ExchangePlan | None = None) -> Choice:
+    def _choose(self, nbytes: int, senders: int | None, buckets: int | None, producers_done: bool, phases: Phases | None, tiers: Any = None, plan: ExchangePlan | None = None, stored: float | None = None) -> Choice:
         config = self.config
         algorithm, topology = (plan.family, plan.topology) if plan is not None else (config.algorithm, self.forced_topology())
         return choose(
             max(1, nbytes), self.profile(), config.objective, config.budget, workers=config.workers, concurrency=config.concurrency,
             max_workers=config.max_workers, algorithm=algorithm, senders=senders, buckets=buckets,
-            topology=topology, producers_done=producers_done, phases=phases, tiers=tiers,
+            topology=topology, producers_done=producers_done, phases=phases, tiers=tiers, stored=stored,
         )  # fmt: skip
 
     def tiered(self, nbytes: int, senders: int, buckets: int | None, tiers: Any, phases: Phases | None = None, plan: ExchangePlan | None = None) -> Choice:
@@ -123,11 +123,15 @@ class Binder:
         the tier."""
         return self._choose(nbytes, senders, buckets, False, phases, tiers, plan)
 
-    def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured", phases: Phases | None = None) -> Decision:
+    def late(self, nbytes: int, senders: int, buckets: int, what: str = "measured", phases: Phases | None = None, decoded: int | None = None) -> Decision:
         """P and a write-combined plan for ``nbytes`` the ``senders`` producers wrote in ``buckets``;
-        ``phases``: the phase kinds of the stages that will run it (see :func:`stage_kinds`)."""
-        choice = self._choose(nbytes, senders, buckets, producers_done=True, phases=phases)
-        return Decision(choice.best.plan, self._why(choice, nbytes, what), choice)
+        ``phases``: the phase kinds of the stages that will run it (see :func:`stage_kinds`);
+        ``decoded``: what the rows take decoded, when the producers measured it — the consumers'
+        operators work through that much (a zstd exchange's objects hold a third of it, a
+        condensed one's a third of the partial form), and are priced by it."""
+        data = max(1, decoded or nbytes)
+        choice = self._choose(data, senders, buckets, producers_done=True, phases=phases, stored=max(1, nbytes) / data)
+        return Decision(choice.best.plan, self._why(choice, nbytes, what + (f" ({format_bytes(data)} decoded)" if data != nbytes else "")), choice)
 
     def early(self, nbytes: int, senders: int | None, what: str, phases: Phases | None = None) -> Decision:
         """A plan fixed before ``senders`` producers run (None: as many as consumers, TeraSort's

@@ -127,6 +127,7 @@ class Exchanges:
         named.update({k: inputs[id(v.stage)] for k, v in stage.sides.items() if v.read == "partition"})
         main = named[""]
         total = sum(o.bytes for o in named.values())
+        decoded = sum(o.data or o.bytes for o in named.values())  # what the consumers work through
         early = main if main.early else next((o for o in named.values() if o.early), None)  # a hybrid side fixes P too
         if early is not None:
             assert isinstance(early.plan, ExchangePlan)
@@ -134,7 +135,7 @@ class Exchanges:
         elif stage.workers:
             template = self.binder.fixed(stage.workers, main.tasks, buckets_of(main))
         else:
-            template = self.binder.late(total, main.tasks, buckets_of(main), phases={"reduce": stage_kinds(stage, self.format_of)})
+            template = self.binder.late(total, main.tasks, buckets_of(main), phases={"reduce": stage_kinds(stage, self.format_of)}, decoded=decoded)
         bound = {}
         for name, producer in named.items():
             plan = producer.plan if producer.early else ExchangePlan(template.plan.topology, template.plan.combine or isinstance(template.plan, HybridPlan), producer.tasks, buckets_of(producer))

@@ -27,6 +27,8 @@ class StageOutput:
     early: bool = False  # that plan was bound before they ran (else: fine buckets, bound late)
     written: list[Written] = field(default_factory=list)
     bytes: int = 0
+    #: what the rows of its exchange objects take decoded (``bytes`` is what the objects hold)
+    data: int = 0
     rows: int = 0
     samples: list[Any] = field(default_factory=list)
     files: list[tuple[str, int, int]] = field(default_factory=list)

@@ -268,6 +268,7 @@ class DagRunner:
             if "fell_back" in value:
                 out.fell_back.append(value["fell_back"])
             out.bytes += value["bytes"]
+            out.data += value.get("data", value["bytes"])
             out.rows += value["rows"]
         if "sample" in value:
             out.samples.append(value["sample"])
@@ -365,7 +366,8 @@ class JobResult:
 
 
 def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url: str | None = None) -> JobResult:
-    """Run the low-level job whose final stages are ``stages``.
+    """Run the low-level job whose final stages are ``stages``: all are submitted before any is
+    waited for, so independent ones run at once (sharing the functions).
 
     Intermediate objects go under ``<config.tmp_url or tmp_url>/_croupier_tmp/<run id>`` (with
     the run's lease) and are deleted at the end, on success and on failure; outputs of
@@ -377,6 +379,8 @@ def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url:
     runner: DagRunner | None = None
     try:
         runner = DagRunner(run, str(run.open_tmp(tmp_url, explicit=True)))
+        for stage in stages:
+            runner.submit(stage)
         outputs = [runner.result(s) for s in stages]
         frames = [read_output(runner, o) if isinstance(o.stage.sink, ExchangeSink) else None for o in outputs]
     finally:

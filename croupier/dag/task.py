@@ -401,7 +401,10 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
         _forget(ctx.store(sink.url, sink.channel), sink)
         written, nbytes = move.write_level(ctx.store(sink.fallback, sink.channel), sink.plan, 0, sink.sender, chunks, sink.prefix)
         out.update(url=sink.fallback, fell_back=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-    out.update(written=written, bytes=nbytes, rows=rows)
+    # what the readers will decode and work through (the model prices their operators by it),
+    # where ``bytes`` is what the objects hold: compressed, or condensed
+    decoded = data.expanded_bytes() if isinstance(data, Condensed) else data_bytes(data)
+    out.update(written=written, bytes=nbytes, rows=rows, data=decoded)
     return out
 
 

@@ -98,6 +98,7 @@ def predict(
     producers_done: bool = False,
     phases: dict[str, tuple[str, ...]] | None = None,
     shared: dict[Any, StagePrediction] | None = None,
+    stored: float | None = None,
 ) -> Prediction:
     """Predict the stages of ``plan`` on ``data_bytes``: producers (M tasks: read input, cut into
     buckets, write level 1), levels 2..k (P tasks: regroup; a memory level: P / g tasks in place of
@@ -106,9 +107,11 @@ two level stages), consumers (P tasks: read level k, run
     (default: TeraSort's); ``producers_done``: the producers already ran (late binding), so their
     stage is left out — no plan can change it. ``shared``: the stages predicted for other plans
     with the same ``profile`` and ``concurrency``, by their facts (the selector's candidates have
-    many stages in common); new ones are added to it.
+    many stages in common); new ones are added to it. ``stored``: bytes the exchange's objects
+    hold per byte of data, when measured (late binding: what the producers wrote over what they
+    sent); else the producers' write kind's ratio in the profile.
     """
-    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(profile, phases))
+    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(profile, phases) if stored is None else stored)
     if shared is None:
         stages = tuple(predict_stage(f, profile, concurrency) for f in facts)
     else:

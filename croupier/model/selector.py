@@ -173,6 +173,7 @@ def choose(
     phases: dict[str, tuple[str, ...]] | None = None,
     tiers: TierOptions | None = None,
     memory_levels: bool = True,
+    stored: float | None = None,
 ) -> Choice:
     """Select P and the plan for ``data_bytes`` (P fixed when ``workers`` is given; only plans of
     the family ``algorithm``, e.g. "direct+wc" or "2-level", when it is given; exactly
@@ -185,6 +186,9 @@ def choose(
     :func:`croupier.model.perf.predict`). ``tiers``: a fast tier beside the slow store — every
     plan is also predicted with its objects there (if they fit), and per P the hybrid multi-round
     exchange, so the choice is over tier x algorithm x P (:func:`croupier.model.tier.tier_candidates`).
+    ``stored``: the bytes the exchange's objects hold per byte of ``data_bytes``, when the producers
+    measured it (they compress, or send rows condensed: the consumers work through ``data_bytes``,
+    the storage terms move ``stored`` times as much).
     """
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -203,12 +207,12 @@ def choose(
         memory = "and k-level (k >= 3) with +mem, whose group of workers must fit one function's memory" if memory_levels else "(memory levels are left out here)"
         raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc, {memory}")
     shared: dict[Any, StagePrediction] = {}  # the candidates' stages in common, predicted once
-    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases, shared) for plan in plans]
+    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases, shared, stored) for plan in plans]
     if tiers is not None:
         if "slow" not in tiers.allowed:
             candidates = []
-        candidates += tier_candidates(plans, data_bytes, profile, tiers, concurrency, producers_done, phases, senders, buckets)
-        candidates = candidates or [predict(plan, data_bytes, profile, concurrency, producers_done, phases) for plan in plans]
+        candidates += tier_candidates(plans, data_bytes, profile, tiers, concurrency, producers_done, phases, senders, buckets, stored)
+        candidates = candidates or [predict(plan, data_bytes, profile, concurrency, producers_done, phases, stored=stored) for plan in plans]
     pool = [c for c in candidates if budget is None or c.cost <= budget]
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)

@@ -408,7 +408,7 @@ def level_tier(plan: Any, level: int, tier: str) -> str:
     return tier
 
 
-def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: FastTierProfile | None, tier: str, concurrency: int | None = None, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None, fast_share: float = 1.0) -> Any:
+def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: FastTierProfile | None, tier: str, concurrency: int | None = None, producers_done: bool = False, phases: dict[str, tuple[str, ...]] | None = None, fast_share: float = 1.0, stored: float | None = None) -> Any:
     """The selector's prediction of ``plan`` with its exchange objects on ``tier``: the stages of
     :func:`croupier.model.perf.stage_facts`, their exchange reads and writes on the fast tier
     priced by :func:`fast_storage_profile` as their own terms ("fast-tier read ...", "fast-tier
@@ -430,11 +430,11 @@ def predict_on_tier(plan: Any, data_bytes: int, slow: StorageProfile, fast: Fast
     if not 0.0 < fast_share <= 1.0 or (fast_share < 1.0 and tier != "fast"):
         raise ValueError(f"fast_share must be in (0, 1], and below 1 only on the fast tier; got {fast_share} on {tier!r}")
     if tier == "slow" or fast is None:
-        return predict(plan, data_bytes, slow, concurrency, producers_done, phases)
+        return predict(plan, data_bytes, slow, concurrency, producers_done, phases, stored=stored)
     def fast_level(level: int) -> bool:  # a spilled exchange's levels 2..k go to the slow tier (croupier.dag.exchanges)
         return level_tier(plan, level, tier) == "fast" and (fast_share == 1.0 or level == 0)
 
-    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases))
+    facts = stage_facts(plan, data_bytes, producers_done, phases, stored_ratio(slow, phases) if stored is None else stored)
     stages = []
     for f, stage in zip(facts, plan.stages()[1 if producers_done else 0 :]):
         writes_fast = stage.writes is not None and fast_level(stage.writes)
@@ -544,18 +544,19 @@ class TierOptions:
     spill: bool = True  # producers the full fast tier refuses may write to the slow tier instead (not with eager consumers)
 
 
-def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None) -> list[Any]:
+def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, options: TierOptions, concurrency: int | None, producers_done: bool, phases: dict[str, tuple[str, ...]] | None, senders: int | None, buckets: int | None, ratio: float | None = None) -> list[Any]:
     """The fast-tier prediction of every plan (if the exchange fits; else with the producers that
     do not fit spilling to the slow tier, and levels 2..k there) and, per P, the hybrid with
     rounds r of the fast tier's usable memory in whole producers, of half and of a quarter of it
     (the fast-tier capacity to use: a smaller r holds less memory, priced per GB-hour, in more
-    rounds; Locus §3.4), each pipelined and not, whenever that makes 2 rounds or more."""
+    rounds; Locus §3.4), each pipelined and not, whenever that makes 2 rounds or more. ``ratio``:
+    the stored bytes per byte of data the producers measured (else the profile's, or a guess)."""
     out = []
     fast = options.fast
-    stored = data_bytes * stored_share(slow, phases)  # what the exchange's objects take on a tier
+    stored = data_bytes * (stored_share(slow, phases) if ratio is None else ratio)  # what the exchange's objects take on a tier
     if "fast" in options.allowed:  # every level's objects stay until the run ends, and writes in flight need room too
         fitting = [plan for plan in plans if fits_whole(fast, options.free, stored, plan, senders, options.writers)]
-        out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases) for plan in fitting]
+        out += [predict_on_tier(plan, data_bytes, slow, fast, "fast", concurrency, producers_done, phases, stored=ratio) for plan in fitting]
         if options.spill and not producers_done:
             out += _spilling(plans, fitting, data_bytes, stored, slow, options, concurrency, phases, senders)
     if "hybrid" in options.allowed:
@@ -569,7 +570,7 @@ def tier_candidates(plans: list[Any], data_bytes: int, slow: StorageProfile, opt
             for m in sorted({most, -(-most // 2), -(-most // 4)}, reverse=True):
                 for pipelined in (True, False) if options.pipelined is None else (options.pipelined,):  # shorter rounds, or M fast requests instead of M * P
                     plan = HybridPlan.build(p, m_all, m, buckets if buckets != p else None, int(stored * m / m_all), pipelined)
-                    out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases))
+                    out.append(predict_on_tier(plan, data_bytes, slow, fast, "hybrid", concurrency, producers_done, phases, stored=ratio))
     return out
 
 

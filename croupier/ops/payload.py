@@ -260,6 +260,12 @@ class Condensed:
     def expanded(self) -> pl.DataFrame:
         return self.expansion.apply(self.frame, self.schema)
 
+    def expanded_bytes(self) -> int:
+        """About the bytes of :meth:`expanded` (what its readers decode and work through), without
+        building it: a column that is a condensed one costs what it does, a count 8 bytes a row."""
+        sizes = {name: self.frame[name].estimated_size() for name in self.frame.columns}
+        return sum(8 * self.frame.height if source is None or how == "valid" else sizes[source] for _, how, source in self.expansion.columns)
+
 
 def _is_condensed(chunk: Chunk) -> bool:
     return bool(chunk.parts) and bytes(memoryview(chunk.parts[0])[: len(CONDENSED)]) == CONDENSED
