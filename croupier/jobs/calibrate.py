@@ -25,8 +25,9 @@ from croupier.model.profile import EXPRESSIONS_PER_CALL, SIGNATURE, StorageProfi
 from croupier.storage.location import parse_location
 
 
-#: Seconds a calibration may take: quick (what a first run does) and full.
-QUICK_BUDGET, FULL_BUDGET = 10.0, 90.0
+#: Seconds a calibration may take: quick (what a first run does: the default of
+#: :func:`croupier.dag.calibration.calibrate_store`) and full.
+QUICK_BUDGET, FULL_BUDGET = 15.0, 90.0
 
 
 def calibrate(url: str, config: Config, quick: bool = True, name: str | None = None, sizes: Sizes | None = None, cache: bool = False) -> Calibration:
