@@ -176,3 +176,51 @@ def test_the_large_pass_is_planned_as_if_all_of_the_small_pass_grew_with_the_dat
     assert calibration.large_scale(2.5, 4.9) == 0.0  # twice the small pass would not fit: none
     assert calibration.large_scale(2.5, 5.0) == pytest.approx(2 * small)
     assert calibration.large_scale(2.5, -1.0) == 0.0 and calibration.large_scale(0.0, 1.0) == calibration.LARGEST
+
+
+def test_the_warm_up_runs_its_jobs_together_and_the_measured_passes_one_stage_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up (timings dropped) runs in as few runs as its forced plans allow, its stages at
+    once: on S3 each of its 18 runs paid a lease, listings and deletes. A measured pass runs every
+    job alone, each with one final stage, so no stage's time is shared with another's; both
+    passes run the same stages."""
+    from croupier.compute.local import LocalExecutor
+    from croupier.dag import runner
+
+    calls: list[list[str]] = []
+    real = runner.run_job
+
+    def counting(stages, config, executor=None, tmp_url=None):  # type: ignore[no-untyped-def]
+        calls.append([s.name for s in stages])
+        return real(stages, config, executor, tmp_url)
+
+    monkeypatch.setattr(runner, "run_job", counting)
+    config = Config(concurrency=2)
+    sizes = calibration.TEST.scaled(0.1)
+    with LocalExecutor(config) as executor:
+        warm = calibration.run_workload(executor, config, (tmp_path / "w0").as_uri(), sizes, together=True)
+        together = list(calls)
+        calls.clear()
+        measured = calibration.run_workload(executor, config, (tmp_path / "w1").as_uri(), sizes)
+    assert len(together) == 6, together  # the inputs; then every job whose plans are not forced, and one run per forcing
+    assert len(calls) == 19 and all(len(names) == 1 for names in calls), calls
+    # stages ready at once share executor calls, one observation each call: in a measured pass,
+    # only those of one job (a join's two sides)
+    assert len(warm) < len(measured)
+    assert all(set(o.facts.name.split("+")) == {"q-join-probe", "q-join-build"} for o in measured if "+" in o.facts.name)
+    assert {n for o in warm for n in o.facts.name.split("+")} == {n for o in measured for n in o.facts.name.split("+")}
+    assert {o.source for o in measured} >= {"calibration:gensort", "calibration:overheads-8", "calibration:join"}
+
+
+def test_a_jobs_final_stages_are_all_submitted_before_any_is_awaited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_job's independent final stages run at once (the runner merges stages ready together
+    into one executor call): it submits all of them before it waits for the first."""
+    from croupier.dag import runner
+
+    events: list[tuple[str, str]] = []
+    submit, result = runner.DagRunner.submit, runner.DagRunner.result
+    monkeypatch.setattr(runner.DagRunner, "submit", lambda self, stage: events.append(("submit", stage.name)) or submit(self, stage))
+    monkeypatch.setattr(runner.DagRunner, "result", lambda self, stage: events.append(("result", stage.name)) or result(self, stage))
+    stages = [calibration._overheads(f"o{i}", 2, i) for i in range(3)]
+    out = runner.run_job(stages, Config(concurrency=2, tmp_url=(tmp_path / "tmp").as_uri()))
+    assert [o.stage.name for o in out.outputs] == ["o0", "o1", "o2"]
+    assert events[:4] == [("submit", "o0"), ("submit", "o1"), ("submit", "o2"), ("result", "o0")], events
