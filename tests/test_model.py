@@ -272,7 +272,7 @@ def test_late_binding_prices_the_consumers_on_the_decoded_rows_and_storage_on_th
     assert reads and all(measured[k] == pytest.approx(as_stored[k]) for k in reads)
     binder = Binder(Config(concurrency=2, calibration="off"), "file:///tmp/x", profile)
     told = binder.late(stored, 8, 64, phases=phases, decoded=decoded)
-    assert told.choice is not None and told.choice.data_bytes == decoded and "300.0 MiB decoded" in told.how
+    assert told.choice is not None and told.choice.data_bytes == decoded and "on 300.0 MiB decoded: " in told.how
     assert told.choice.best.seconds == pytest.approx(predict(told.plan, decoded, profile, 2, True, phases, stored=stored / decoded).seconds)
     untold = binder.late(stored, 8, 64, phases=phases)
     assert untold.choice is not None and untold.choice.data_bytes == stored and "decoded" not in untold.how

@@ -131,7 +131,7 @@ class Binder:
         condensed one's a third of the partial form), and are priced by it."""
         data = max(1, decoded or nbytes)
         choice = self._choose(data, senders, buckets, producers_done=True, phases=phases, stored=max(1, nbytes) / data)
-        return Decision(choice.best.plan, self._why(choice, nbytes, what + (f" ({format_bytes(data)} decoded)" if data != nbytes else "")), choice)
+        return Decision(choice.best.plan, self._why(choice, nbytes, what, data), choice)
 
     def early(self, nbytes: int, senders: int | None, what: str, phases: Phases | None = None) -> Decision:
         """A plan fixed before ``senders`` producers run (None: as many as consumers, TeraSort's
@@ -166,11 +166,12 @@ class Binder:
         return Decision(best[1], f"broadcast of {format_bytes(nbytes)} from {senders} producer(s) to {consumers} tasks: {best[1].name} ({best[0]:.3f} s predicted)")
 
     @staticmethod
-    def _why(choice: Choice, nbytes: int, what: str) -> str:
+    def _why(choice: Choice, nbytes: int, what: str, decoded: int | None = None) -> str:
         best = choice.best
         d = best.dominant()
+        also = f"on {format_bytes(decoded)} decoded: " if decoded is not None and decoded != max(1, nbytes) else ""
         return (
-            f"{format_bytes(nbytes)} {what} -> {best.plan.name}, P={best.workers} ({best.seconds:.3f} s predicted, "
+            f"{format_bytes(nbytes)} {what} -> {best.plan.name}, P={best.workers} ({also}{best.seconds:.3f} s predicted, "
             f"{best.low:.3f}-{best.high:.3f}; dominated by {d.name}; {len(choice.candidates)} candidates){choice.note()}"
         )
 
