@@ -167,14 +167,16 @@ def test_a_grid_stream_opens_its_connection_with_an_empty_request_and_times_ever
     assert calibration.MIN_REQUESTS == 2
 
 
-def test_the_large_pass_is_planned_as_if_all_of_the_small_pass_grew_with_the_data() -> None:
-    """The large pass's scale: as large as ends within the time left if all of the small pass's
-    time grew with the data (an upper bound), at most LARGEST, and none under twice SMALL."""
-    small = calibration.SMALL
-    assert calibration.large_scale(2.5, 7.5) == pytest.approx(3 * small)  # S3: 2.5 s small pass, 7.5 s left
+def test_the_large_pass_is_planned_as_if_most_of_the_small_pass_grew_with_the_data() -> None:
+    """The large pass's scale: as large as ends within the time left if a quarter of the small
+    pass stays and the rest grows with the data (more than measured), at most LARGEST, and none
+    under twice SMALL."""
+    small, fixed = calibration.SMALL, calibration.FIXED_SHARE
+    assert fixed == 0.25
+    assert calibration.large_scale(2.0, 5.0) == pytest.approx(3 * small)  # a 2 s small pass, 5 s left: 0.5 s + 1.5 s x 3
     assert calibration.large_scale(1.2, 30.0) == calibration.LARGEST  # capped
-    assert calibration.large_scale(2.5, 4.9) == 0.0  # twice the small pass would not fit: none
-    assert calibration.large_scale(2.5, 5.0) == pytest.approx(2 * small)
+    assert calibration.large_scale(2.0, 3.49) == 0.0  # twice the small pass's data would not fit: none
+    assert calibration.large_scale(2.0, 3.5) == pytest.approx(2 * small)
     assert calibration.large_scale(2.5, -1.0) == 0.0 and calibration.large_scale(0.0, 1.0) == calibration.LARGEST
 
 
