@@ -319,3 +319,27 @@ def test_inferred_schemas_are_remembered_by_every_type_and_literal(monkeypatch: 
     grouped = [Aggregate(ints, (col("k"),), (col("v").sum().alias("s"),)) for _ in range(2)]
     assert again.schema == made["float"].schema and grouped[0].schema == grouped[1].schema == pl.Schema({"k": pl.Int64, "s": pl.Int32})
     assert ran[before:] == [grouped[0].label(), "partial aggregates"], "only the first aggregation asked Polars (its schema, its partial steps' types)"
+
+
+def test_operands_and_aggregations_are_shared_only_when_equal_in_every_field() -> None:
+    """sum(v), min(v), max(v) read one pre-projected column; operands that print alike but
+    differ (a strict and a lenient cast, is_in with and without nulls_equal) keep their own, and so
+    do aggregations of them: each gives Polars' answer."""
+    df = pl.DataFrame({"k": [1, 1, 2, 2, 3], "v": pl.Series([1, None, 300, 2, None], dtype=pl.Int32)})
+    aggs = (
+        col("v").sum().alias("s"), col("v").min().alias("lo"), col("v").max().alias("hi"),
+        col("v").is_in([1, None]).cast(pl.Int64).sum().alias("a"), col("v").is_in([1, None], nulls_equal=True).cast(pl.Int64).sum().alias("b"),
+        col("v").cast(pl.Int8, strict=False).max().alias("lenient"),
+    )  # fmt: skip
+    node = Aggregate(Scan(ScanSpec("file:///x", "parquet"), df.schema), (col("k"),), aggs)
+    low = node.lower()
+    assert low.partial is not None
+    operands = [e.show() for e in low.pre.exprs]
+    assert len(operands) == 1 + 1 + 2 + 1, operands  # the key, v once, both is_in, the cast
+    got = run_pipeline(run_pipeline(run_pipeline(df, (low.pre,), {}), (low.partial,), {}), low.final, {}).sort("k")
+    want = df.group_by("k").agg(
+        pl.col("v").sum().alias("s"), pl.col("v").min().alias("lo"), pl.col("v").max().alias("hi"),
+        pl.col("v").is_in([1, None]).cast(pl.Int64).sum().alias("a"), pl.col("v").is_in([1, None], nulls_equal=True).cast(pl.Int64).sum().alias("b"),
+        pl.col("v").cast(pl.Int8, strict=False).max().alias("lenient"),
+    ).sort("k")  # fmt: skip
+    assert got.equals(want), (got, want)

@@ -23,7 +23,10 @@ after the exchange.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -78,13 +81,30 @@ def validate_aggs(keys: tuple[Expr, ...], aggs: tuple[Expr, ...]) -> None:
                     raise ConfigError(f"{node.show()}: only ddof=0 or ddof=1 is supported for std/var")
 
 
+def identity(value: Any) -> Any:
+    """A hashable value that is equal for expressions equal in every field (``show()`` leaves some
+    out: a cast's strictness, ``is_in``'s ``nulls_equal``, so two different operands could pass
+    for one). Values that cannot be hashed (a subquery's frame) are themselves only."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, tuple(identity(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(identity(v) for v in value))
+    if isinstance(value, float) and math.isnan(value):
+        return ("float", "nan")
+    try:
+        hash(value)
+    except TypeError:
+        return ("object", id(value))
+    return (type(value).__name__, value)  # the type keeps 1, 1.0 and True apart
+
+
 def _parts(aggs: tuple[Expr, ...]) -> tuple[list[Agg], list[Expr]]:
     """The distinct aggregations inside ``aggs`` (named __r0, __r1, ...) and ``aggs`` rewritten over them."""
-    index: dict[str, int] = {}
+    index: dict[Any, int] = {}
     parts: list[Agg] = []
 
     def name_for(e: Expr) -> str:
-        key = e.show()
+        key = identity(e)
         if key not in index:
             index[key] = len(parts)
             parts.append(e)  # type: ignore[arg-type]
@@ -131,16 +151,17 @@ def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr,
     # one pre-projected column per distinct operand: sum(v), min(v) and max(v) all read one
     # column, so a partial aggregation that passes its rows through sends v once, not thrice
     operand_of: list[str] = []
-    named: dict[str, str] = {}
+    named: dict[Any, str] = {}
     for j, p in enumerate(parts):
         if p.operand is None:
             operand_of.append("")
             continue
         operand = p.operand.cast(pl.Float64) if split and p.fn == "mean" else p.operand
-        if operand.show() not in named:
-            named[operand.show()] = f"__a{j}"
+        key = identity(operand)
+        if key not in named:
+            named[key] = f"__a{j}"
             pre.append(operand.alias(f"__a{j}"))
-        operand_of.append(named[operand.show()])
+        operand_of.append(named[key])
     if not pre:
         pre.append(Col(cheapest_column(schema)))
     dtypes = _part_dtypes(schema, keys, parts)
