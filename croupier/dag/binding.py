@@ -130,7 +130,8 @@ class Binder:
         operators work through that much (a zstd exchange's objects hold a third of it, a
         condensed one's a third of the partial form), and are priced by it."""
         data = max(1, decoded or nbytes)
-        choice = self._choose(data, senders, buckets, producers_done=True, phases=phases, stored=max(1, nbytes) / data)
+        stored = max(1, nbytes) / data if decoded else None  # else: the profile's ratio for the write kind
+        choice = self._choose(data, senders, buckets, producers_done=True, phases=phases, stored=stored)
         return Decision(choice.best.plan, self._why(choice, nbytes, what, data), choice)
 
     def early(self, nbytes: int, senders: int | None, what: str, phases: Phases | None = None) -> Decision:

@@ -379,13 +379,14 @@ def run_memory_level(ctx: TaskContext, url: str, plan: LevelsPlan, level: int, t
 
 def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
     """Write ``data`` as ``sink`` says; return the metadata for the driver."""
-    if isinstance(data, Condensed) and (not isinstance(sink, ExchangeWrite) or inlined(sink, data)):
+    inline = inlined(sink, data)
+    if isinstance(data, Condensed) and (not isinstance(sink, ExchangeWrite) or inline):
         data = data.expanded()  # condensed rows are for exchange objects: their readers expand them
     if isinstance(sink, ResultWrite):
         return {"value": data}
     if isinstance(sink, OutputWrite):
         return {"files": write_output(ctx, sink, data)}
-    if inlined(sink, data):
+    if inline:
         # as Arrow: pickling a Polars frame (DataFrame.serialize) can hang in a forked worker
         return {"inline": data.to_arrow(), "rows": data.height}
     if isinstance(data, RecordRuns):
@@ -411,8 +412,11 @@ def write(ctx: TaskContext, sink: Write, data: Any) -> dict[str, Any]:
 def inlined(sink: Write, data: Any) -> bool:
     """Whether a task returns its rows in its reply instead of writing them: the driver is their
     one reader and they are small (Polars' size estimate within ``sink.inline`` bytes)."""
-    frame = data.frame if isinstance(data, Condensed) else data
-    return isinstance(sink, ExchangeWrite) and sink.inline > 0 and isinstance(frame, pl.DataFrame) and frame.estimated_size() <= sink.inline
+    if not (isinstance(sink, ExchangeWrite) and sink.inline > 0):
+        return False
+    if isinstance(data, Condensed):  # it goes back expanded
+        return data.expanded_bytes() <= sink.inline
+    return isinstance(data, pl.DataFrame) and data.estimated_size() <= sink.inline
 
 
 def _forget(store: Store, sink: ExchangeWrite) -> None:

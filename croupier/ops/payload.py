@@ -262,9 +262,21 @@ class Condensed:
 
     def expanded_bytes(self) -> int:
         """About the bytes of :meth:`expanded` (what its readers decode and work through), without
-        building it: a column that is a condensed one costs what it does, a count 8 bytes a row."""
-        sizes = {name: self.frame[name].estimated_size() for name in self.frame.columns}
-        return sum(8 * self.frame.height if source is None or how == "valid" else sizes[source] for _, how, source in self.expansion.columns)
+        building it: a fixed-width column its width a row (a sum widens its value), another what
+        its condensed source takes."""
+        rows = self.frame.height
+        total = 0
+        for name, _, source in self.expansion.columns:
+            width = _WIDTHS.get(self.schema[name].base_type())
+            total += rows * width if width is not None or source is None else self.frame[source].estimated_size()
+        return total
+
+
+#: Bytes a value of a fixed-width dtype takes (Polars' buffers; validity bits left out).
+_WIDTHS: dict[Any, int] = {
+    pl.Boolean: 1, pl.Int8: 1, pl.UInt8: 1, pl.Int16: 2, pl.UInt16: 2, pl.Int32: 4, pl.UInt32: 4, pl.Float32: 4, pl.Date: 4,
+    pl.Int64: 8, pl.UInt64: 8, pl.Float64: 8, pl.Datetime: 8, pl.Duration: 8, pl.Time: 8, pl.Decimal: 16,
+}  # fmt: skip
 
 
 def _condensed_parts(chunk: Chunk) -> tuple[bytes, list[Buffer]] | None:
