@@ -196,8 +196,9 @@ def _plain(schema: pl.Schema) -> pl.Schema:
     return pl.Schema({k: (pl.String if isinstance(v, (pl.Categorical, pl.Enum)) else v) for k, v in schema.items()})
 
 
-#: The first bytes of a condensed chunk (an Arrow IPC message starts with 0xFFFFFFFF instead).
-CONDENSED = b"CRC1"
+#: The first bytes of a condensed chunk (an Arrow IPC message starts with 0xFFFFFFFF instead);
+#: eight, so that the messages behind it keep the 8-byte alignment Arrow reads in place.
+CONDENSED = b"CRC1\0\0\0\0"
 #: The schema metadata key under which a condensed chunk says how to expand it.
 EXPAND_KEY = b"croupier.expand"
 #: How a declared column comes from a condensed one: the value itself, the constant 1 (a row
