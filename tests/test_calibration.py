@@ -4,6 +4,7 @@ the local folder, with the calibration's sizes shrunk)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -226,3 +227,20 @@ def test_a_jobs_final_stages_are_all_submitted_before_any_is_awaited(tmp_path: P
     out = runner.run_job(stages, Config(concurrency=2, tmp_url=(tmp_path / "tmp").as_uri()))
     assert [o.stage.name for o in out.outputs] == ["o0", "o1", "o2"]
     assert events[:4] == [("submit", "o0"), ("submit", "o1"), ("submit", "o2"), ("result", "o0")], events
+
+
+def test_the_fit_is_kept_the_time_its_resamples_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The final fit's reserve is timed on a few resamples, which cost less than a whole fit (one
+    fit counted once per resample kept three times what the final fit took)."""
+    asked: list[int] = []
+
+    def fake_fit(observations: object, base: object, bootstrap: int = 0) -> None:
+        asked.append(bootstrap)
+        time.sleep(0.02 + 0.004 * bootstrap)  # a whole fit 20 ms, each resample 4 ms
+
+    monkeypatch.setattr(calibration, "fit", fake_fit)
+    kept = calibration.fit_seconds([], None, 40)  # type: ignore[arg-type]
+    assert asked == [calibration.TIMED_RESAMPLES]
+    final = 2 * (0.02 + 0.004 * 40)  # twice the stages
+    assert final <= kept <= 1.5 * final, kept
+

@@ -425,7 +425,8 @@ def calibrate_store(executor: Executor, config: Config, url: str, name: str, siz
         small, took = _timed(lambda: run_workload(executor, config, f"{url}/w1", sizes.scaled(SMALL)))
         steps["small"] = took
         observations += small
-        scale = large_scale(took, budget - (time.perf_counter() - started) - fit_seconds(small, base, bootstrap))
+        keep = fit_seconds(small, base, bootstrap)  # (its own time counted in the elapsed time)
+        scale = large_scale(took, budget - (time.perf_counter() - started) - keep)
         if scale:
             steps["large_scale"] = scale  # (a scale, not seconds)
             large, steps["large"] = _timed(lambda: run_workload(executor, config, f"{url}/w2", sizes.scaled(scale)))
@@ -457,12 +458,21 @@ def large_scale(small_seconds: float, left: float) -> float:
     return scale if scale >= 2 * SMALL else 0.0
 
 
+#: Resamples of the fit timed to judge the final fit's time (:func:`fit_seconds`).
+TIMED_RESAMPLES = 8
+
+
 def fit_seconds(observations: list[Observation], base: StorageProfile, bootstrap: int) -> float:
-    """The seconds to keep for the final fit: one fit of ``observations`` timed, times the
-    bootstrap's fits, for twice as many stages (the large pass's are added). (A fixed second kept
-    for it was a quarter of what 60 resamples took, and a calibration meant to take 10 s took 15.)"""
-    one = _timed(lambda: fit(observations, base, bootstrap=0))[1]
-    return 2 * one * (bootstrap + 1)
+    """The seconds to keep for the final fit: a fit of ``observations`` with a few resamples
+    (:data:`TIMED_RESAMPLES`) timed, scaled to ``bootstrap`` resamples, for twice as many stages
+    (the large pass's are added). (A fixed second kept for it was a quarter of what 60 resamples
+    took, and a calibration meant to take 10 s took 15. One fit without resamples, timed, then
+    counted once per resample kept three times what the final fit took — 3.0 s for 0.8 s: a
+    resample costs a third of a whole fit, 12 ms against 33 — and that kept SeaweedFS's large pass
+    out.)"""
+    timed = min(bootstrap, TIMED_RESAMPLES)
+    took = _timed(lambda: fit(observations, base, bootstrap=timed))[1]
+    return 2 * took * (bootstrap + 1) / (timed + 1)
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
