@@ -136,3 +136,34 @@ def test_a_selective_filter_leaves_the_adaptive_aggregation_aggregating() -> Non
     df = pl.DataFrame({"i": np.arange(n), "k": np.arange(n) % 5, "v": np.ones(n)})
     steps = (Filter((col("i") == 0) | (col("i") >= 65_536)), Aggregate(("k",), (AggSpec("sum", "v", "s"),), adaptive=True))
     assert Fused(steps).apply(df, {}).height == run_pipeline(df, steps, {}).height == 5
+
+
+def test_an_aggregation_after_a_hash_exchange_runs_bucket_by_bucket_with_the_same_rows() -> None:
+    """A final aggregation whose keys include the exchange's hash keys (and the row-wise steps
+    after it) runs on runs of whole buckets of at least BUCKET_ROWS rows, smaller hash tables
+    than all rows at once; its groups are the same. What is not split: an aggregation on other
+    keys, an adaptive one, one followed by a sort or a select of literals alone."""
+    from croupier.dag import task
+
+    rng = np.random.default_rng(1)
+    runs = [int(n) for n in rng.integers(0, 3_000, 40)]
+    bucket = np.repeat(np.arange(len(runs)), runs)
+    df = pl.DataFrame({"j": bucket * 100 + rng.integers(0, 50, len(bucket)), "v": rng.integers(-9, 9, len(bucket))})  # a bucket's keys are its own
+    agg = Aggregate(("j",), (AggSpec("sum", "v", "s"), AggSpec("len", None, "n")))
+    final = Fused((agg, WithColumns(((col("s") * 2).alias("s2"),)), Filter(col("n") > 1)))
+    assert final.splits_on(("j",)) and not final.splits_on(("v",)) and not final.splits_on(())
+    assert not Fused((agg, Sort((col("j"),), (False,), (False,)))).splits_on(("j",))
+    assert not Aggregate(("j",), (AggSpec("sum", "v", "s"),), adaptive=True).splits_on(("j",))
+    assert not Fused((agg, Select((col("s").sum(),)))).splits_on(("j",))
+    calls: list[int] = []
+
+    def counted(frame: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+        calls.append(frame.height)
+        return final.apply(frame, sides)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(task, "BUCKET_ROWS", 5_000)
+        split = task.by_buckets(counted, runs, df, {})
+    assert len(calls) > 5 and sum(calls) == df.height and all(n >= 5_000 for n in calls[:-1])
+    whole = final.apply(df, {})
+    assert split.schema == whole.schema and split.sort("j").equals(whole.sort("j"))

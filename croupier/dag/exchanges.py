@@ -20,7 +20,7 @@ from croupier.dag.binding import Binder, Decision, early_kinds, format_for, stag
 from croupier.dag.outputs import Bound, StageOutput, buckets_of
 from croupier.dag.run import Run
 from croupier.dag.splits import ScanPlanner
-from croupier.dag.stage import ExchangeInput, ExchangeSink, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
+from croupier.dag.stage import ExchangeInput, ExchangeSink, HashPartitioning, ScanSource, SinglePartitioning, Stage, TaskSource, UnionSource
 from croupier.dag.task import ExchangeRead, ExchangeWrite, ScanRead, TaskSpec, run_level, run_memory_level
 from croupier.dag.tiers import Tiers, fast_tier_failure, is_full
 from croupier.errors import ConfigError, CroupierError, StorageError
@@ -111,7 +111,9 @@ class Exchanges:
         producer = bound.producer
         fmt = self.format_of(producer.stage.rep)
         schema = dict(producer.schema) if producer.schema is not None else None
-        return ExchangeRead(bound.url or self.producers_url(bound), tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}")
+        sink = producer.stage.sink
+        keys = sink.partitioning.keys if isinstance(sink, ExchangeSink) and isinstance(sink.partitioning, HashPartitioning) else ()
+        return ExchangeRead(bound.url or self.producers_url(bound), tuple(bound.fetches(consumer)), producer.stage.rep, fmt, schema, self.config.request_timeout, f"x:{producer.stage.name}", partitioned_by=keys)
 
     def forward_read(self, producer: StageOutput, index: int) -> ExchangeRead:
         fmt = self.format_of(producer.stage.rep)

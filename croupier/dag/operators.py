@@ -23,7 +23,8 @@ import polars as pl
 
 from croupier.expr import Expr
 from croupier.expr.functions import polars_agg
-from croupier.expr.nodes import Alias, Col
+from croupier.expr.analysis import walk
+from croupier.expr.nodes import Alias, Binary, Cast, Col, IsIn, Lit, Unary, When
 from croupier.model.profile import signed_kind, widened
 from croupier.ops.payload import Condensed, Expansion
 from croupier.ops.records import KEY_SIZE, RECORD_SIZE, RecordRuns, key_columns, sort_order, take
@@ -63,6 +64,17 @@ class Operator(ABC):
         """:meth:`apply` for a stage's last operator when its rows go into a frame exchange: an
         operator may then hand them :class:`Condensed` (fewer bytes to write, read and move)."""
         return self.apply(df, sides)
+
+    def splits_on(self, keys: tuple[str, ...]) -> bool:
+        """Whether applying it to each group of rows of equal ``keys`` apart, and concatenating the
+        results, gives what applying it to all of them does (up to row order): an aggregation
+        whose keys include ``keys``, and what works row by row after it."""
+        return False
+
+    @property
+    def rowwise(self) -> bool:
+        """Whether each output row depends on its input row alone."""
+        return False
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         """This step added to the lazy query ``lf`` (fusable operators only)."""
@@ -120,6 +132,10 @@ class Filter(Operator):
 
     predicate: Expr
 
+    @property
+    def rowwise(self) -> bool:
+        return elementwise((self.predicate,))
+
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         return run_lazily(self, df, sides)
 
@@ -128,6 +144,15 @@ class Filter(Operator):
 
     def describe(self) -> str:
         return f"filter {self.predicate.show()}"
+
+
+#: Expression nodes computed value by value (a function may look at other rows: a shift, a rank).
+ELEMENTWISE = (Col, Lit, Alias, Binary, Unary, Cast, IsIn, When)
+
+
+def elementwise(exprs: tuple[Expr, ...]) -> bool:
+    """Whether each of ``exprs`` is computed row by row (nothing that looks at other rows)."""
+    return all(isinstance(node, ELEMENTWISE) for e in exprs for node in walk(e))
 
 
 def computes(exprs: tuple[Expr, ...]) -> bool:
@@ -160,6 +185,11 @@ class Select(Operator):
         return lf.select([e.to_polars() for e in self.exprs])
 
     @property
+    def rowwise(self) -> bool:
+        # (a select of literals alone makes one row, whatever the input's)
+        return elementwise(self.exprs) and any(isinstance(node, Col) for e in self.exprs for node in walk(e))
+
+    @property
     def expressions(self) -> int:
         return max(1, len(self.exprs))
 
@@ -183,6 +213,10 @@ class WithColumns(Operator):
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         return lf.with_columns([e.to_polars() for e in self.exprs])
+
+    @property
+    def rowwise(self) -> bool:
+        return elementwise(self.exprs)
 
     @property
     def expressions(self) -> int:
@@ -253,6 +287,9 @@ class Aggregate(Operator):
         if not exprs:
             return frame.select(list(self.keys)).unique()
         return frame.group_by(list(self.keys)).agg(exprs)
+
+    def splits_on(self, keys: tuple[str, ...]) -> bool:
+        return bool(keys) and set(keys) <= set(self.keys) and not self.adaptive
 
     @property
     def decides(self) -> bool:
@@ -510,6 +547,9 @@ class Fused(Operator):
 
     def for_task(self, index: int) -> Operator:
         return Fused(tuple(op.for_task(index) for op in self.steps))
+
+    def splits_on(self, keys: tuple[str, ...]) -> bool:
+        return self.steps[0].splits_on(keys) and all(step.rowwise for step in self.steps[1:])
 
     @property
     def expressions(self) -> int:

@@ -14,6 +14,7 @@ samples, output file names, or an operator's small result.
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections import OrderedDict
@@ -31,7 +32,7 @@ from croupier.dag.stage import HashPartitioning, Partitioning, RangePartitioning
 from croupier.exchange import move
 from croupier.exchange.broadcast import BroadcastPlan
 from croupier.exchange.move import Fetch
-from croupier.exchange.segments import ordered
+from croupier.exchange.segments import Chunk, ordered
 from croupier.exchange.levels import LevelsPlan
 from croupier.exchange.plan import ExchangePlan
 from croupier.expr import Expr
@@ -103,6 +104,8 @@ class ExchangeRead:
     #: every task of the stage reads exactly these objects (a broadcast side): a worker keeps the
     #: decoded rows for its next tasks of the run (see :func:`read_shared`)
     shared: bool = False
+    #: the columns the producers hash-partitioned the rows by (equal keys, one bucket), if so
+    partitioned_by: tuple[str, ...] = ()
 
 
 Read = Union[ScanRead, PiecesRead, GenerateRead, SampleRead, ExchangeRead]
@@ -259,7 +262,8 @@ def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
     """Read, run the operators, write the sink; return the small metadata the driver needs, with
     the time and bytes of every phase."""
     phases = Phases(ctx)
-    data = phases.run(read_kind(spec.main), read_sized, ctx, spec.main, sized=True)
+    runs: list[int] = []
+    data = phases.run(read_kind(spec.main), read_sized, ctx, spec.main, runs, sized=True)
     cached: dict[str, dict[str, int]] = {}
     sides = {name: read_shared(ctx, r, phases, cached) if r.shared else phases.run(read_kind(r), read, ctx, r) for name, r in spec.sides.items()}
     last = len(spec.ops) - 1
@@ -269,6 +273,8 @@ def run_task(ctx: TaskContext, spec: TaskSpec) -> dict[str, Any]:
         step = op.for_task(spec.index)
         # the last operator before an exchange may hand its rows condensed (see Condensed)
         apply = step.apply_to_exchange if i == last and isinstance(spec.write, ExchangeWrite) else step.apply
+        if i == 0 and isinstance(spec.main, ExchangeRead) and step.splits_on(spec.main.partitioned_by) and isinstance(data, pl.DataFrame) and sum(runs) == data.height:
+            apply = functools.partial(by_buckets, step.apply, runs)
         data = phases.run(op.cost_kind, apply, data, sides, also=built)
     out = phases.run(write_kind(spec.write, data), _write_data, data, ctx, spec.write)
     out["phases"] = phases.kinds
@@ -317,15 +323,54 @@ def read_shared(ctx: TaskContext, source: ExchangeRead, phases: Phases, cached: 
     return frame
 
 
+#: Rows per call of an operator run bucket by bucket (:func:`by_buckets`): a hash aggregation's
+#: table of 400 thousand rows took 100 ns a row on one core here, of 5 million 170 ns (the
+#: table outgrows the caches), and each call costs a fixed half millisecond or so.
+BUCKET_ROWS = 1 << 18
+
+
+def bucket_rows(chunks: list[Chunk]) -> list[int]:
+    """The rows of each bucket of ``chunks`` (in consumer order: bucket by bucket)."""
+    rows: list[int] = []
+    last = None
+    for c in chunks:
+        if c.bucket != last:
+            rows.append(0)
+            last = c.bucket
+        rows[-1] += c.rows
+    return rows
+
+
+def by_buckets(apply: Any, runs: list[int], df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    """``apply`` to runs of whole buckets of ``df`` (``runs``: each bucket's rows, in order), at
+    least :data:`BUCKET_ROWS` rows each, results concatenated: for an operator that
+    :meth:`~croupier.dag.operators.Operator.splits_on` the exchange's hash keys (an aggregation
+    whose keys are never split across buckets), the same rows, with smaller hash tables — as
+    DuckDB's radix-partitioned aggregation does. A consumer of a 12M-group group-by took 170 ns
+    a row for its 5 million rows at once."""
+    ends = [0]  # where each slice ends
+    size = 0
+    for n in runs:
+        if size >= BUCKET_ROWS:
+            ends.append(ends[-1])
+            size = 0
+        ends[-1] += n
+        size += n
+    if len(ends) < 2:
+        return apply(df, sides)  # type: ignore[no-any-return]
+    return pl.concat([apply(df.slice(start, end - start), sides) for start, end in zip([0, *ends[:-1]], ends)])
+
+
 def _write_data(data: Any, ctx: TaskContext, sink: Write) -> dict[str, Any]:
     return write(ctx, sink, data)
 
 
-def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
+def read_sized(ctx: TaskContext, source: Read, runs: list[int] | None = None) -> tuple[Any, int]:
     """:func:`read`, and its size for the model: a scan that filtered while decoding counts the
-    rows it decoded (at the kept rows' width), as a read that left filtering to an operator did."""
+    rows it decoded (at the kept rows' width), as a read that left filtering to an operator did.
+    ``runs``: see :func:`read`."""
     if not isinstance(source, ScanRead):
-        data = read(ctx, source)
+        data = read(ctx, source, runs=runs)
         return data, data_bytes(data)
     df, rows = read_split_decoded(ctx.store(source.split.base), source.spec, source.split, pl.Schema(source.file_schema), source.filters)
     nbytes = data_bytes(df)
@@ -335,9 +380,11 @@ def read_sized(ctx: TaskContext, source: Read) -> tuple[Any, int]:
     return df, nbytes
 
 
-def read(ctx: TaskContext, source: Read, combine: bool = True) -> Any:
+def read(ctx: TaskContext, source: Read, combine: bool = True, runs: list[int] | None = None) -> Any:
     """The data of one read spec: a frame, record runs, or a probe's sample (an exchange's frame
-    in one chunk per column unless ``combine`` is False: see :meth:`FrameCodec.decode`)."""
+    in one chunk per column unless ``combine`` is False: see :meth:`FrameCodec.decode`).
+    ``runs``: a hash-partitioned exchange's frame comes bucket by bucket, and the rows of each
+    bucket are appended to it (see :func:`by_buckets`)."""
     if isinstance(source, ScanRead):
         return read_sized(ctx, source)[0]
     if isinstance(source, ExchangeRead):
@@ -345,7 +392,10 @@ def read(ctx: TaskContext, source: Read, combine: bool = True) -> Any:
         if source.rep == "records":
             return RecordRuns([RecordsCodec(source.fmt).decode(chunks)], [0])
         assert source.schema is not None, "frame exchange read without a schema"
-        return FrameCodec(source.fmt).decode(chunks, pl.Schema(source.schema), combine)
+        df = FrameCodec(source.fmt).decode(chunks, pl.Schema(source.schema), combine)
+        if runs is not None and source.partitioned_by:
+            runs += bucket_rows(chunks)
+        return df
     if isinstance(source, PiecesRead):
         store = ctx.store(source.url)
         return RecordRuns([terasort.read_piece(store, p) for p in source.pieces], [p.first_row for p in source.pieces])
