@@ -334,7 +334,7 @@ def _plan(workers: int | None, topology: str | None, levels: int | None, combine
 
 @main.command("calibrate")
 @click.option("--store", "store_url", type=URL, default=None, help="Store to measure, e.g. s3://bucket/scratch or file:///tmp/x (objects under it are deleted afterwards).")
-@click.option("--quick", is_flag=True, help="What a first run does (about 10 s); default: a larger calibration (about 90 s).")
+@click.option("--quick", is_flag=True, help="What a first run does (10-15 s); default: a larger calibration (about 90 s).")
 @click.option("--out", "out_path", required=True, help="Where to save the profile (JSON).")
 @click.option("--name", default=None, help="Profile name (default: the store URL).")
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Also make it this machine's profile of the store (runs use it).")

@@ -197,7 +197,7 @@ class Config:
                          §5.1; direct exchange without write combining only)
     calibration:         "auto": with no ``profile`` given, a run uses the profile calibrated for
                          this machine and its intermediate store (cached under ``profile_cache``),
-                         calibrates one on its first job if there is none (about 10 s, once; local
+                         calibrates one on its first job if there is none (10-15 s, once; local
                          executor only), and refines it from every run's measured stages; "off":
                          the shipped profile of the store kind, no cache read or written. Default:
                          :data:`DEFAULT_CALIBRATION` ("auto"; the test suite sets "off"), or

@@ -6,7 +6,7 @@
                         │ no
                         ├─ calibration "off" ──> the shipped profile of the store kind
                         ├─ cached for (machine, store, concurrency) ──> the cached profile
-                        └─ none cached ──> calibrate here, now (local executor; about 10 s, once), cache it
+                        └─ none cached ──> calibrate here, now (local executor; 10-15 s, once), cache it
     run ends ──> a cached profile refits to the run's measured stages (revision + 1), off the
                  run's critical path: on the process's learner thread (see :class:`Learner`)
 
@@ -86,7 +86,7 @@ class RunProfile:
         machine, store, concurrency = self.key
         path = cache.path(*self.key)
         LOG.warning(
-            "croupier: no profile of %s for this machine yet: calibrating it now (once, about 10 s, at most %s of "
+            "croupier: no profile of %s for this machine yet: calibrating it now (once, 10-15 s, at most %s of "
             "temporary data, deleted after; cached in %s; calibration='off' or --no-calibrate skips this)", store, QUICK.label, path.parent,
         )  # fmt: skip
         outcome = calibrate_store(run.executor, self._config, str(parse_location(tmp_url).child("_calibration")), store, QUICK, bootstrap=QUICK_BOOTSTRAP)
