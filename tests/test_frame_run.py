@@ -528,3 +528,23 @@ def test_a_group_by_of_distinct_keys_sends_its_rows_condensed(config: Config, tm
     # form takes 48 and more); one file aggregated into 1,000 groups
     assert 2 * rows * 20 <= written < 2 * rows * 24, written
     assert all(served_requests(e) == e["predicted_requests"] for e in report.exchanges)
+
+
+def test_expressions_that_print_alike_but_differ_are_computed_apart(config: Config, tmp_path: Path) -> None:
+    """is_in with and without nulls_equal print the same; each must keep its own column in a
+    whole-table select of aggregations and in windows (they were shared by their text, and the
+    second one got the first one's values). Three files, nulls included; Polars' answer."""
+    from tests.compare import assert_same
+
+    for i in range(3):
+        pl.DataFrame({"k": [1, 2, 1, 2], "v": pl.Series([1, None, 300, i], dtype=pl.Int32)}).write_parquet(tmp_path / f"part-{i}.parquet")
+    pf, lf = pl.scan_parquet(sorted(tmp_path.glob("part-*.parquet"))), cf.scan_parquet(tmp_path / "part-*.parquet", config=config)
+
+    def both(c):  # type: ignore[no-untyped-def]
+        return [c("v").is_in([1, None]).cast(pl.Int64).sum(), c("v").is_in([1, None], nulls_equal=True).cast(pl.Int64).sum()]
+
+    a, b = both(col)
+    pa_, pb = both(pl.col)
+    assert_same(lf.select(a.alias("a"), b.alias("b")).collect(), pf.select(pa_.alias("a"), pb.alias("b")).collect())
+    got = lf.with_columns(a.over("k").alias("a"), b.over("k").alias("b")).collect()
+    assert_same(got, pf.with_columns(pa_.over("k").alias("a"), pb.over("k").alias("b")).collect(), ordered=True)

@@ -16,7 +16,7 @@ Modules: :mod:`~croupier.expr.nodes` (the nodes and constructors), :mod:`~croupi
 :mod:`~croupier.expr.analysis` (conjuncts, pruning, rewrites).
 """
 
-from croupier.expr.analysis import conjoin, conjuncts, disjuncts, extract, factor_or, fold, is_window_root, may_match, transform, walk
+from croupier.expr.analysis import conjoin, conjuncts, disjuncts, extract, factor_or, fold, identity, is_window_root, may_match, transform, walk
 from croupier.expr.functions import FUNCTIONS, like_regex
 from croupier.expr.namespaces import DtNamespace, StrNamespace
 from croupier.expr.nodes import (
@@ -56,7 +56,7 @@ __all__ = [
     "factor_or",
     "AGGREGATIONS", "FUNCTIONS", "Agg", "Alias", "Binary", "Cast", "Col", "DtNamespace", "Expr", "Func", "IsIn",
     "IsInFrame", "Lit", "Over", "ScalarFrame", "StrNamespace", "Unary", "When", "as_dtype", "coalesce", "col",
-    "concat_str", "conjoin", "conjuncts", "count", "dtype_name", "extract", "fold", "int_range", "is_window_root",
+    "concat_str", "conjoin", "conjuncts", "count", "dtype_name", "extract", "fold", "identity", "int_range", "is_window_root",
     "len_", "like_regex", "lit", "max_horizontal", "may_match", "min_horizontal", "scalar", "transform", "walk",
     "when", "wrap",
 ]  # fmt: skip

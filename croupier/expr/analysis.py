@@ -5,11 +5,14 @@
 * :func:`selectivity`: about what share of such a row group's rows match?
 * :func:`transform` / :func:`extract`: rebuild a tree bottom-up, or cut chosen subtrees out of it
   (replacing each by a column) so they can be computed by another plan node.
+* :func:`identity`: a key equal for expressions equal in every field, to share one computation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import math
 from decimal import Decimal
 from typing import Any, Callable, Iterator
 
@@ -251,3 +254,20 @@ def _number(x: Any) -> tuple[str, float] | None:
     if isinstance(x, datetime.date):
         return "date", float(x.toordinal())
     return None
+
+
+def identity(value: Any) -> Any:
+    """A hashable value that is equal for expressions equal in every field (``show()`` leaves some
+    out: a cast's strictness, ``is_in``'s ``nulls_equal``, so two different operands could pass
+    for one). Values that cannot be hashed (a subquery's frame) are themselves only."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, tuple(identity(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(identity(v) for v in value))
+    if isinstance(value, float) and math.isnan(value):
+        return ("float", "nan")
+    try:
+        hash(value)
+    except TypeError:
+        return ("object", id(value))
+    return (type(value).__name__, value)  # the type keeps 1, 1.0 and True apart

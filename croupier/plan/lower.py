@@ -40,7 +40,7 @@ its output. Rewrites are memoised by node identity: a node used twice stays one 
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from typing import Any, Callable
 
 import polars as pl
 
@@ -58,6 +58,7 @@ from croupier.expr import (
     conjoin,
     conjuncts,
     extract,
+    identity,
     int_range,
     walk,
     when,
@@ -160,10 +161,10 @@ class _Lowering:
 
     def scalar_select(self, node: Node, exprs: tuple[Expr, ...]) -> Node:
         """A select of scalars only: one row, from an aggregation without keys."""
-        parts: dict[str, tuple[str, Expr]] = {}
+        parts: dict[Any, tuple[str, Expr]] = {}
 
         def name_for(e: Expr) -> str:
-            return parts.setdefault(e.show(), (self.hidden(node.schema), e))[0]
+            return parts.setdefault(identity(e), (self.hidden(node.schema), e))[0]
 
         rewritten = _renamed(tuple(extract(e, lambda x: isinstance(x, Agg), name_for) for e in exprs), [_name(e) for e in exprs])
         aggs = tuple(e.alias(name) for name, e in parts.values()) or (Agg("len", None).alias(self.hidden(node.schema)),)
@@ -281,7 +282,7 @@ class _Lowering:
 
     def windows(self, node: Node, exprs: tuple[Expr, ...]) -> tuple[Node, tuple[Expr, ...]]:
         """Compute the innermost windows of ``exprs`` in Window nodes (one per specification)."""
-        units: dict[str, tuple[str, Expr]] = {}
+        units: dict[Any, tuple[str, Expr]] = {}
 
         def innermost(x: Expr) -> bool:
             if isinstance(x, Over):
@@ -291,10 +292,10 @@ class _Lowering:
             return False
 
         def name_for(x: Expr) -> str:
-            return units.setdefault(x.show(), (self.hidden(node.schema), x))[0]
+            return units.setdefault(identity(x), (self.hidden(node.schema), x))[0]
 
         rewritten = tuple(extract(e, innermost, name_for) for e in exprs)
-        specs: dict[str, list[tuple[str, Expr]]] = {}
+        specs: dict[Any, list[tuple[str, Expr]]] = {}
         for name, x in units.values():
             specs.setdefault(_spec_key(x), []).append((name, x))
         for group in specs.values():
@@ -319,10 +320,10 @@ class _Lowering:
 
     def broadcast_aggs(self, node: Node, exprs: tuple[Expr, ...]) -> tuple[Node, tuple[Expr, ...]]:
         """Aggregate the whole frame once and cross-join the one row back onto every row."""
-        parts: dict[str, tuple[str, Expr]] = {}
+        parts: dict[Any, tuple[str, Expr]] = {}
 
         def name_for(e: Expr) -> str:
-            return parts.setdefault(e.show(), (self.hidden(node.schema), e))[0]
+            return parts.setdefault(identity(e), (self.hidden(node.schema), e))[0]
 
         rewritten = tuple(extract(e, lambda x: isinstance(x, Agg), name_for) for e in exprs)
         one = Aggregate(node, (), tuple(e.alias(name) for name, e in parts.values()))
@@ -385,9 +386,9 @@ def _grouping_bits(positions: tuple[int, ...], members: tuple[int, ...]) -> int:
     return value
 
 
-def _spec_key(x: Expr) -> str:
+def _spec_key(x: Expr) -> Any:
     if isinstance(x, Over):
-        return "|".join([",".join(e.show() for e in x.partition_by), ",".join(e.show() for e in x.order_by), str(x.descending), str(x.nulls_last)])
+        return identity((x.partition_by, x.order_by, x.descending, x.nulls_last))
     return "<frame>"
 
 

@@ -23,8 +23,6 @@ after the exchange.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +31,7 @@ import polars as pl
 from croupier.dag.operators import Aggregate as AggregateOp
 from croupier.dag.operators import AggSpec, Operator, Select, WithColumns
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Col, Expr, Lit, extract, walk, when
+from croupier.expr import Agg, Col, Expr, Lit, extract, identity, walk, when
 from croupier.plan.inference import empty, infer_cached
 
 #: aggregation -> (partial function, final function combining partials)
@@ -79,23 +77,6 @@ def validate_aggs(keys: tuple[Expr, ...], aggs: tuple[Expr, ...]) -> None:
                     raise ConfigError(f"nested aggregation {node.show()}: aggregate once in agg(), then again in a second group_by")
                 if node.fn in ("std", "var") and node.args not in ((), (0,), (1,)):
                     raise ConfigError(f"{node.show()}: only ddof=0 or ddof=1 is supported for std/var")
-
-
-def identity(value: Any) -> Any:
-    """A hashable value that is equal for expressions equal in every field (``show()`` leaves some
-    out: a cast's strictness, ``is_in``'s ``nulls_equal``, so two different operands could pass
-    for one). Values that cannot be hashed (a subquery's frame) are themselves only."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__name__, tuple(identity(getattr(value, f.name)) for f in dataclasses.fields(value)))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(identity(v) for v in value))
-    if isinstance(value, float) and math.isnan(value):
-        return ("float", "nan")
-    try:
-        hash(value)
-    except TypeError:
-        return ("object", id(value))
-    return (type(value).__name__, value)  # the type keeps 1, 1.0 and True apart
 
 
 def _parts(aggs: tuple[Expr, ...]) -> tuple[list[Agg], list[Expr]]:

@@ -30,7 +30,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Col, Expr, Lit, Over, coalesce, conjoin, when
+from croupier.expr import Agg, Col, Expr, Lit, Over, coalesce, conjoin, identity, when
 from croupier.plan.logical import (
     Aggregate,
     Distinct,
@@ -299,11 +299,12 @@ class QueryTranslator:
     def _named(self, e: Expr, names: list[str], outputs: list[Expr], hidden: list[Expr]) -> str:
         """The column holding ``e`` (an ORDER BY or DISTINCT ON key): the select-list column that
         computes it, or a hidden column added to ``hidden`` (dropped after sorting)."""
-        match = [n for n, out in zip(names, outputs) if out.operand.show() == e.show()]  # type: ignore[attr-defined]
+        key = identity(e)
+        match = [n for n, out in zip(names, outputs) if identity(out.operand) == key]  # type: ignore[attr-defined]
         if match:
             return match[0]
         for h in hidden:
-            if h.operand.show() == e.show():  # type: ignore[attr-defined]
+            if identity(h.operand) == key:  # type: ignore[attr-defined]
                 return h.output_name()
         name = self.names.fresh("s")
         hidden.append(e.alias(name))
