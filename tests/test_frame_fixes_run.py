@@ -76,6 +76,16 @@ def test_windows_keep_the_input_row_order(table: Path, config: Config, gather_li
     assert_same(twice, pf.with_columns(pl.col("x").max().over("g").alias("m")).with_columns(pl.col("m").cum_sum().over("g").alias("c")).collect(), ordered=True)
 
 
+def test_a_window_s_order_survives_a_whole_table_aggregate_beside_it(table: Path, config: Config) -> None:
+    """``x - x.mean()`` after a window: the window's result is read twice (by the mean and by the
+    cross join that pairs every row with it), and the cross join keeps its left input's order,
+    so the window's rows must be sorted back there too (a random pipeline found them in hash order)."""
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    got = lf.with_columns(col("x").sum().over("g").alias("s")).with_columns((col("x") - col("x").mean()).alias("d")).collect()
+    expected = pf.with_columns(pl.col("x").sum().over("g").alias("s")).with_columns((pl.col("x") - pl.col("x").mean()).alias("d")).collect()
+    assert_same(got, expected, ordered=True)
+
+
 def test_queries_show_per_stage_progress(table: Path, config: Config, capsys: pytest.CaptureFixture[str]) -> None:
     cf.scan_parquet(table, config=config.with_(progress=True)).group_by("g").agg(col("x").sum()).collect()
     err = capsys.readouterr().err

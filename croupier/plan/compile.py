@@ -622,7 +622,10 @@ ORDER_KEEPING = (Filter, Project, Window, Limit, Union)
 
 def order_seen(root: Node) -> set[int]:
     """Nodes (by identity) whose output row order shows in the result: the root and, below an
-    order-keeping node whose order shows, its inputs (a limit over a sort: the sort decides)."""
+    order-keeping node whose order shows, its inputs (a limit over a sort: the sort decides); a
+    cross join's rows come in its left input's order (Polars pairs each left row with every right
+    one), so its left input's order shows too (``x - x.mean()`` over a window's result lost the
+    window's order)."""
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -632,6 +635,8 @@ def order_seen(root: Node) -> set[int]:
         seen.add(id(node))
         if isinstance(node, ORDER_KEEPING) and not (isinstance(node, Limit) and isinstance(node.input, Sort)):
             stack.extend(node.children())
+        elif isinstance(node, Join) and node.how == "cross":
+            stack.append(node.left)
     return seen
 
 
