@@ -259,15 +259,15 @@ class Aggregate(Operator):
     adaptive: bool = False
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-        if self.decides and self._hardly_reduces(df):
-            return self._bypass(df)
-        return run_lazily(replace(self, adaptive=False), df, sides)
+        out = self.apply_to_exchange(df, sides)
+        return out.expanded() if isinstance(out, Condensed) else out
 
     def apply_to_exchange(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame | Condensed:
-        """:meth:`apply`, but rows passed through go condensed (:meth:`condensed`)."""
+        """:meth:`apply`, but rows passed through go condensed (:meth:`condensed`); the probe
+        that decides runs once."""
         if self.decides and self._hardly_reduces(df):
             return self.condensed(df)
-        return self.apply(df, sides)
+        return run_lazily(replace(self, adaptive=False), df, sides)
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
         """The aggregation as it runs when it reduces (an adaptive one's choice is
