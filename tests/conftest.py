@@ -28,8 +28,14 @@ BUCKET = "croupier-test"
 # self-calibrated the test SeaweedFS into the user's cache), with a cache of the session's own.
 croupier.config.DEFAULT_CALIBRATION = "off"
 os.environ["CROUPIER_CALIBRATION"] = "off"
-os.environ["CROUPIER_PROFILE_CACHE"] = _SESSION_PROFILES = tempfile.mkdtemp(prefix="croupier-test-profiles-")
-atexit.register(shutil.rmtree, _SESSION_PROFILES, True)
+# Worker processes that import this module (a task of a test module that imports conftest,
+# unpickled in a spawned worker) inherit the folder through the environment instead of making
+# one each: they exit without atexit, so each left an empty folder behind (12 per test run).
+_SESSION_PROFILES = os.environ.get("CROUPIER_TEST_SESSION_PROFILES", "")
+if not _SESSION_PROFILES:
+    _SESSION_PROFILES = os.environ["CROUPIER_TEST_SESSION_PROFILES"] = tempfile.mkdtemp(prefix="croupier-test-profiles-")
+    atexit.register(shutil.rmtree, _SESSION_PROFILES, True)
+os.environ["CROUPIER_PROFILE_CACHE"] = _SESSION_PROFILES
 
 
 def sigint_default() -> None:
