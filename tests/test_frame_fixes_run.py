@@ -90,3 +90,42 @@ def test_queries_show_per_stage_progress(table: Path, config: Config, capsys: py
     cf.scan_parquet(table, config=config.with_(progress=True)).group_by("g").agg(col("x").sum()).collect()
     err = capsys.readouterr().err
     assert "query: s01-partial-agg" in err and "task" in err, err
+
+
+@pytest.fixture(scope="module")
+def clashing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Columns named like the helper columns the planner adds (an aggregation's pre-projected
+    operands ``__a0``, partials ``__p0``, results ``__r0``, a window's row tag), in three files."""
+    root = tmp_path_factory.mktemp("clash") / "t"
+    root.mkdir()
+    for i in range(3):
+        n = 200 + 50 * i
+        pl.DataFrame(
+            {
+                "__a0": [j % 3 for j in range(n)],
+                "__p0": pl.Series([None if j % 7 == 0 else float(j) for j in range(n)], dtype=pl.Float64),
+                "__r0": [j % 5 for j in range(n)],
+                "__croupier_row": [n - j for j in range(n)],
+                "__x": [j % 2 for j in range(n)],
+            }
+        ).write_parquet(root / f"part-{i}.parquet")
+    return root
+
+
+def test_columns_named_like_helper_columns(clashing: Path, config: Config) -> None:
+    """A user's column may carry any name: the helper columns an aggregation or a window adds
+    are named so that they never clash with one (a key named ``__a0`` failed with Polars'
+    DuplicateError, as the operand of the first aggregation was projected under that name)."""
+    lf, pf = cf.scan_parquet(clashing, config=config), _polars(clashing)
+    got = lf.group_by("__a0").agg(col("__p0").sum(), col("__r0").mean(), col("__p0").max().alias("__r1"), col("__a0").count().alias("__p0c")).collect()
+    expected = pf.group_by("__a0").agg(pl.col("__p0").sum(), pl.col("__r0").mean(), pl.col("__p0").max().alias("__r1"), pl.col("__a0").count().alias("__p0c")).collect()
+    assert_same(got, expected)
+    got = lf.group_by("__r0", "__x").agg((col("__p0").sum() / col("__a0").sum()).alias("__r0_ratio")).collect()
+    assert_same(got, pf.group_by("__r0", "__x").agg((pl.col("__p0").sum() / pl.col("__a0").sum()).alias("__r0_ratio")).collect())
+    got = lf.with_columns(col("__p0").sum().over("__a0").alias("s")).collect()
+    assert_same(got, pf.with_columns(pl.col("__p0").sum().over("__a0").alias("s")).collect(), ordered=True)
+
+
+def test_a_column_outside_an_aggregation_is_refused_whatever_its_name(clashing: Path, config: Config) -> None:
+    with pytest.raises(Exception, match="inside an aggregation"):
+        cf.scan_parquet(clashing, config=config).group_by("__a0").agg(col("__x") + col("__p0").sum()).collect()

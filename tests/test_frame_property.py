@@ -162,8 +162,18 @@ def _group_by(data: st.DataObject, p: Pair, prefix: str) -> Pair:
     mine: list = [count().alias(f"{prefix}_n")]
     theirs: list = [pl.len().alias(f"{prefix}_n")]
     for i, c in enumerate(data.draw(st.lists(st.sampled_from(nums), max_size=3)) if nums else []):
-        fn = data.draw(st.sampled_from(["sum", "count", "mean", "min", "max", "n_unique", "ratio"]))
-        if fn == "ratio":
+        fn = data.draw(st.sampled_from(["sum", "count", "mean", "min", "max", "n_unique", "ratio", "constant", "of_key"]))
+        if fn == "constant":  # an aggregation of a literal: Polars aggregates the one value
+            agg, value = data.draw(st.sampled_from(["sum", "count", "null_count", "mean", "max", "n_unique"])), data.draw(st.sampled_from([None, 2, 0.5]))
+            mine.append(getattr(cf.lit(value), agg)().alias(f"{prefix}_{i}"))
+            theirs.append(getattr(pl.lit(value), agg)().alias(f"{prefix}_{i}"))
+        elif fn == "of_key" and keys:  # an aggregation of a grouping key
+            agg = data.draw(st.sampled_from(["count", "min", "n_unique", "null_count"]))
+            mine.append(getattr(col(keys[0]), agg)().alias(f"{prefix}_{i}"))
+            theirs.append(getattr(pl.col(keys[0]), agg)().alias(f"{prefix}_{i}"))
+        elif fn == "of_key":
+            continue
+        elif fn == "ratio":
             mine.append((col(c).sum() / count()).alias(f"{prefix}_{i}"))
             theirs.append((pl.col(c).sum() / pl.len()).alias(f"{prefix}_{i}"))
         else:

@@ -20,7 +20,7 @@ from croupier.config import Config
 from croupier.dag.operators import run_pipeline
 from croupier.dag.scan import ScanSpec
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Over
+from croupier.expr import Agg, Alias, Over
 from croupier.frame import col, count, lit, when
 from croupier.plan.logical import Aggregate, Join, Project, Scan, Window, walk
 from croupier.plan.lower import is_core
@@ -170,6 +170,28 @@ def test_split_aggregations_have_polars_dtypes_and_values(dtype: pl.DataType) ->
                 merged, direct = merged.sort("k"), direct.sort("k")
             assert merged.schema == direct.schema == node.schema, (dtype, fn, keys)
             assert_same(merged, direct, ordered=True)
+
+
+def test_an_aggregation_of_a_key_reads_the_key_s_own_column() -> None:
+    """``count(k)`` grouped by k: the operand is the key, so the pre-projection keeps one column
+    (it projected k a second time under a helper name, which then crossed the exchange too),
+    and every aggregation of it still gives Polars' answer; a computed key likewise. The values
+    include nulls and a chunk without rows."""
+    df = pl.DataFrame({"k": [None, 3, 1, None, 7, 2, 2, 9, None, 0, 5], "v": list(range(11))})
+    for key, name in ((cf.col("k"), "k"), ((cf.col("k") % 3).alias("m"), "m")):
+        operand = key.operand if isinstance(key, Alias) else key
+        for fn in _AGGS:
+            expr = Agg(fn, operand).alias("a")
+            direct = df.group_by(key.to_polars(), maintain_order=True).agg(expr.to_polars())
+            node = Aggregate(Scan(ScanSpec("file:///x", "parquet"), df.schema), (key,), (expr,))
+            low = node.lower()
+            if fn != "mean":  # (a split mean sums its operand as Float64: a column of its own)
+                assert [e.output_name() for e in low.pre.exprs] == [name], (fn, low.pre.exprs)
+            chunks = [df.slice(0, 4), df.slice(4, 0), df.slice(4, 7)]
+            steps = (low.pre, low.partial) if low.partial is not None else (low.pre,)
+            merged = run_pipeline(pl.concat([run_pipeline(c, steps, {}) for c in chunks]), low.final, {})
+            assert merged.schema == direct.schema == node.schema, fn
+            assert_same(merged.sort(name), direct.sort(name), ordered=True)
 
 
 # --- the rest of the frame API, each against Polars ----------------------------------------------------

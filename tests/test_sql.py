@@ -150,6 +150,10 @@ def test_rows_expressions_and_order(tables: dict[str, Path], query: str) -> None
         "SELECT median(x) AS m, quantile_cont(q, 0.75) AS q3, string_agg(g, ',' ORDER BY id) AS sa, count_if(k > 3) AS c, sum(q) FILTER (WHERE k > 3) AS s FROM t",
         "SELECT count_if(x > 0) AS c, median(x) AS m, string_agg(s, ',') AS sa, list(s) AS l, arg_max(id, x) AS a, bool_and(x > 0) AS b FROM e",
         "SELECT k, median(x) FILTER (WHERE q > 0) AS m, string_agg(s, ',' ORDER BY id) FILTER (WHERE x > 0) AS l FROM t GROUP BY k ORDER BY k",
+        # aggregates of constants count the rows (SQL), unlike Polars' lit(1).sum() (the one value)
+        "SELECT g, count(1) AS c1, sum(1) AS s1, avg(3) AS a3, min(7) AS m7, max('z') AS mz, count(NULL) AS cn, median(2) AS md FROM t GROUP BY g ORDER BY g",
+        "SELECT count(1) AS c, sum(2) AS s, avg(1) AS a FROM e",
+        "SELECT sum(1) AS s, count(1) AS c FROM t WHERE x > 0",
     ],
 )
 def test_aggregations_with_duckdb_semantics(tables: dict[str, Path], query: str) -> None:

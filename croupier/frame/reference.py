@@ -39,6 +39,7 @@ from croupier.plan.logical import (
     Window,
 )
 from croupier.plan.lower import lower
+from croupier.plan.partial import hidden_prefix
 from croupier.storage import open_store, parse_location
 
 
@@ -115,7 +116,7 @@ class _Translator:
         lowered = node.lower()
         frame = _apply(child, lowered.pre)
         if lowered.partial is not None:
-            chunk = "__chunk"
+            chunk = hidden_prefix(lowered.partial.keys, "__chunk")
             frame = frame.with_row_index(chunk).with_columns(pl.col(chunk) % self.partials)
             keys = list(lowered.partial.keys) + [chunk]
             frame = frame.group_by(keys, maintain_order=True).agg([a.to_polars() for a in lowered.partial.aggs]).drop(chunk)

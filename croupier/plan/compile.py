@@ -56,6 +56,7 @@ from croupier.expr.analysis import selectivity
 from croupier.expr.nodes import Alias
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window, walk
 from croupier.plan.optimize import passthrough
+from croupier.plan.partial import hidden_prefix
 from croupier.ops.partition import choose_frame_splitters
 from croupier.units import format_bytes
 
@@ -470,8 +471,9 @@ class Compiler:
             pipe.ops.append(op)
             return pipe
         keep_order = id(node) in self._order_seen
+        tag = hidden_prefix([*node.input.schema.names(), *node.schema.names()], ROW_TAG)
         if keep_order:
-            pipe.ops.append(TagRows(ROW_TAG))
+            pipe.ops.append(TagRows(tag))
         if node.partition_by:
             stage = self.stage(pipe, ExchangeSink(HashPartitioning(node.partition_by)), "window-input")
             out = Pipeline(ExchangeInput(stage, "partition"), [op])
@@ -481,7 +483,7 @@ class Compiler:
         if not keep_order:
             return out
         self.notes.append(f"{node.label()}: rows sorted back into their input order after the exchange")
-        out = self._sorted(out, (Col(ROW_TAG),), (False,), False, "input order")
+        out = self._sorted(out, (Col(tag),), (False,), False, "input order")
         out.ops.append(Select(tuple(Col(c) for c in node.schema.names())))
         return out
 

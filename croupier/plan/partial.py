@@ -3,8 +3,10 @@
     input ──pre──> keys, __a0, __a1, ... ──partial──> keys, __p0, ... ══exchange══> final ──> keys, aggs
 
 * ``pre`` (a ``Select``): the grouping keys and every distinct operand of the aggregations found
-  in the aggregation expressions (``sum(a) / sum(b)`` has two; ``min(a), max(a)`` one). With nothing to read (``len()`` and
-  no keys) it keeps the input's cheapest column, so the rows survive.
+  in the aggregation expressions (``sum(a) / sum(b)`` has two; ``min(a), max(a)`` one; ``count(k)``
+  grouped by k none: it reads the key's column). With nothing to read (``len()`` and
+  no keys) it keeps the input's cheapest column, so the rows survive. The helper columns' prefix
+  (``__`` above) grows by underscores until no input column, key or output starts with it.
 * ``partial`` (an ``Aggregate`` operator, run per task): sum -> sum, count/len/null_count ->
   count, min -> min, max -> max, mean -> sum and count of the operand as Float64.
 * ``final``: an ``Aggregate`` that combines partials (sums of sums and of counts, min of mins, max
@@ -24,14 +26,14 @@ after the exchange.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import polars as pl
 
 from croupier.dag.operators import Aggregate as AggregateOp
 from croupier.dag.operators import AggSpec, Operator, Select, WithColumns
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Col, Expr, Lit, extract, identity, walk, when
+from croupier.expr import Agg, Alias, Col, Expr, Lit, extract, identity, walk, when
 from croupier.plan.inference import empty, infer_cached
 
 #: aggregation -> (partial function, final function combining partials)
@@ -68,8 +70,9 @@ def validate_aggs(keys: tuple[Expr, ...], aggs: tuple[Expr, ...]) -> None:
     for a in aggs:
         if a.has_window() or a.has_subquery():
             raise ConfigError(f"agg() expression {a.show()} holds a window or a subquery; compute it with with_columns before group_by")
-        outside = extract(a, lambda e: isinstance(e, Agg), lambda e: "__x")
-        if outside.columns() - {"__x"}:
+        hole = hidden_prefix(a.columns()) + "x"
+        outside = extract(a, lambda e: isinstance(e, Agg), lambda e: hole)
+        if outside.columns() - {hole}:
             raise ConfigError(f"in agg(), every column must be inside an aggregation: {a.show()} (for several values per group use separate aggregations)")
         for node in walk(a):
             if isinstance(node, Agg):
@@ -79,8 +82,19 @@ def validate_aggs(keys: tuple[Expr, ...], aggs: tuple[Expr, ...]) -> None:
                     raise ConfigError(f"{node.show()}: only ddof=0 or ddof=1 is supported for std/var")
 
 
-def _parts(aggs: tuple[Expr, ...]) -> tuple[list[Agg], list[Expr]]:
-    """The distinct aggregations inside ``aggs`` (named __r0, __r1, ...) and ``aggs`` rewritten over them."""
+def hidden_prefix(taken: Iterable[str], base: str = "__") -> str:
+    """A prefix for the helper columns a step adds: ``base`` and as many more underscores as it
+    takes for no name in ``taken`` (the input's columns, the keys, the outputs) to start with it,
+    so a user's column named like a helper (``__a0``) never clashes with one."""
+    names = list(taken)
+    prefix = base
+    while any(n.startswith(prefix) for n in names):
+        prefix += "_"
+    return prefix
+
+
+def _parts(aggs: tuple[Expr, ...], tag: str = "__") -> tuple[list[Agg], list[Expr]]:
+    """The distinct aggregations inside ``aggs`` (named {tag}r0, {tag}r1, ...) and ``aggs`` rewritten over them."""
     index: dict[Any, int] = {}
     parts: list[Agg] = []
 
@@ -89,7 +103,7 @@ def _parts(aggs: tuple[Expr, ...]) -> tuple[list[Agg], list[Expr]]:
         if key not in index:
             index[key] = len(parts)
             parts.append(e)  # type: ignore[arg-type]
-        return f"__r{index[key]}"
+        return f"{tag}r{index[key]}"
 
     rewritten = [extract(a, lambda e: isinstance(e, Agg), name_for) for a in aggs]
     return parts, rewritten
@@ -110,29 +124,50 @@ def _splits(agg: Agg, schema: pl.Schema) -> bool:
     return False
 
 
-def _part_dtypes(schema: pl.Schema, keys: tuple[Expr, ...], parts: list[Agg]) -> pl.Schema:
+def _part_dtypes(schema: pl.Schema, keys: tuple[Expr, ...], parts: list[Agg], tag: str) -> pl.Schema:
     """The dtype Polars gives each aggregation on its own (the final step casts to it);
     remembered as every node's schema is (the optimiser lowers each aggregation it rebuilds)."""
-    exprs = [p.to_polars().alias(f"__r{j}") for j, p in enumerate(parts)]
+    exprs = [p.to_polars().alias(f"{tag}r{j}") for j, p in enumerate(parts)]
     if not keys:
         return infer_cached("partial aggregates", lambda: empty(schema).select(exprs), "part-aggregate", (schema,), exprs)
     by = [k.to_polars() for k in keys]
     return infer_cached("partial aggregates", lambda: empty(schema).group_by(by).agg(exprs), "part-group_by", (schema,), by + exprs, (len(by),))
 
 
+def _is_constant(agg: Agg) -> bool:
+    """Whether ``agg`` aggregates a value that reads no column (a literal, or an expression of literals)."""
+    return agg.operand is not None and not agg.operand.columns()
+
+
+def _constant(agg: Agg) -> Lit:
+    """The value Polars gives ``agg`` of a constant: the aggregation of that one value."""
+    value = pl.select(agg.to_polars().alias("x")).to_series()
+    return Lit(value.to_list()[0], value.dtype)
+
+
 def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr, ...], target: pl.Schema) -> LoweredAgg:
     """Split ``group_by(keys).agg(aggs)`` over rows of ``schema`` into pre, partial and final steps
     whose result has exactly the ``target`` schema (Polars' own)."""
     names = [k.output_name() for k in keys]
+    tag = hidden_prefix([*schema.names(), *names, *target.names()])
     pre: list[Expr] = [k if isinstance(k, Col) else k.alias(n) for k, n in zip(keys, names)]
-    parts, rewritten = _parts(aggs)
+    parts, rewritten = _parts(aggs, tag)
     if not parts:  # only literals: count rows anyway, so the steps keep one row per group
         parts = [Agg("len", None)]
+    dtypes = _part_dtypes(schema, keys, parts, tag)
+    # an aggregation of a constant (``lit(1).sum()``) is, in Polars, the aggregation of that one
+    # value, not of a column of it per row: its value is known now, and the steps count rows in
+    # its place (so a group still yields one row) and put the value in after the final step
+    constants = {j: _constant(p) for j, p in enumerate(parts) if _is_constant(p)}
+    parts = [Agg("len", None) if j in constants else p for j, p in enumerate(parts)]
     split = all(_splits(p, schema) for p in parts)
     # one pre-projected column per distinct operand: sum(v), min(v) and max(v) all read one
     # column, so a partial aggregation that passes its rows through sends v once, not thrice
     operand_of: list[str] = []
+    # an operand that is a key (``count(k)`` grouped by k) reads the key's own column: sent once
     named: dict[Any, str] = {}
+    for k, n in zip(keys, names):
+        named.setdefault(identity(k.operand if isinstance(k, Alias) else k), n)
     for j, p in enumerate(parts):
         if p.operand is None:
             operand_of.append("")
@@ -140,33 +175,33 @@ def lower_aggregate(schema: pl.Schema, keys: tuple[Expr, ...], aggs: tuple[Expr,
         operand = p.operand.cast(pl.Float64) if split and p.fn == "mean" else p.operand
         key = identity(operand)
         if key not in named:
-            named[key] = f"__a{j}"
-            pre.append(operand.alias(f"__a{j}"))
+            named[key] = f"{tag}a{j}"
+            pre.append(operand.alias(f"{tag}a{j}"))
         operand_of.append(named[key])
     if not pre:
         pre.append(Col(cheapest_column(schema)))
-    dtypes = _part_dtypes(schema, keys, parts)
-    casts = WithColumns(tuple(Col(f"__r{j}").cast(dtypes[f"__r{j}"]) for j in range(len(parts)))) if parts else None
+    fixed = (WithColumns(tuple(value.alias(f"{tag}r{j}") for j, value in constants.items())),) if constants else ()
+    casts = WithColumns(tuple(Col(f"{tag}r{j}").cast(dtypes[f"{tag}r{j}"]) for j in range(len(parts)))) if parts else None
     out = Select(tuple(Col(n) for n in names) + tuple(e.cast(target[n]).alias(n) for e, n in zip(rewritten, list(target)[len(names):])))
-    tail: tuple[Operator, ...] = ((casts,) if casts else ()) + (out,)
+    tail: tuple[Operator, ...] = fixed + ((casts,) if casts else ()) + (out,)
     key_t = tuple(names)
     if not split:
-        specs = tuple(AggSpec(p.fn, None if p.operand is None or p.fn == "len" else operand_of[j], f"__r{j}", p.args) for j, p in enumerate(parts))
+        specs = tuple(AggSpec(p.fn, None if p.operand is None or p.fn == "len" else operand_of[j], f"{tag}r{j}", p.args) for j, p in enumerate(parts))
         return LoweredAgg(Select(tuple(pre)), None, (AggregateOp(key_t, specs),) + tail)
     partial: list[AggSpec] = []
     final: list[AggSpec] = []
     means: list[Expr] = []
     for j, p in enumerate(parts):
-        a, r = operand_of[j], f"__r{j}"
+        a, r = operand_of[j], f"{tag}r{j}"
         if p.fn == "mean":
-            partial += [AggSpec("sum", a, f"__p{j}s"), AggSpec("count", a, f"__p{j}c")]
-            final += [AggSpec("sum", f"__p{j}s", f"__p{j}s"), AggSpec("sum", f"__p{j}c", f"__p{j}c")]
-            total, n = Col(f"__p{j}s"), Col(f"__p{j}c")
+            partial += [AggSpec("sum", a, f"{tag}p{j}s"), AggSpec("count", a, f"{tag}p{j}c")]
+            final += [AggSpec("sum", f"{tag}p{j}s", f"{tag}p{j}s"), AggSpec("sum", f"{tag}p{j}c", f"{tag}p{j}c")]
+            total, n = Col(f"{tag}p{j}s"), Col(f"{tag}p{j}c")
             means.append(when(n > 0).then(total / n).otherwise(Lit(None, pl.Float64)).alias(r))
         else:
             first, combine = SPLITS[p.fn]
-            partial.append(AggSpec(first, None if first == "len" else a, f"__p{j}"))
-            final.append(AggSpec(combine, f"__p{j}", r))
+            partial.append(AggSpec(first, None if first == "len" else a, f"{tag}p{j}"))
+            final.append(AggSpec(combine, f"{tag}p{j}", r))
     steps: tuple[Operator, ...] = (AggregateOp(key_t, tuple(final)),)
     if means:
         steps += (WithColumns(tuple(means)),)

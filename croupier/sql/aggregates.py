@@ -23,7 +23,8 @@ import polars as pl
 from sqlglot import exp
 
 from croupier.errors import ConfigError
-from croupier.expr import Agg, Expr, Func, Lit, when
+from croupier.expr import Agg, Col, Expr, Func, Lit, when
+from croupier.plan.partial import cheapest_column
 from croupier.sql.parse import sql_text
 
 if TYPE_CHECKING:
@@ -35,8 +36,29 @@ SUPPORTED = (
 )
 
 
+class _PerRow:
+    """An aggregate's translator whose constant operands are one value per row: in SQL,
+    ``SUM(1)`` and ``COUNT(1)`` count a group's rows, while the aggregation of a constant
+    (Polars' ``lit(1).sum()``) aggregates that one value. The constant is made to read the
+    group's rows through a condition on the cheapest column whose branches are both it."""
+
+    def __init__(self, t: ExprTranslator) -> None:
+        self.t = t
+
+    def __call__(self, e: exp.Expr) -> Expr:
+        x = self.t(e)
+        if x.columns() or x.has_agg():
+            return x
+        any_row = Col(cheapest_column(self.t.rel.node.schema)).is_null()
+        return when(any_row).then(x).otherwise(x)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.t, name)
+
+
 def aggregate(t: ExprTranslator, e: exp.Expr) -> Expr:
     """An SQL aggregate over the rows of ``t.rel`` (DuckDB semantics)."""
+    t = _PerRow(t)  # type: ignore[assignment]
     if isinstance(e, exp.Count):
         return _count(t, e)
     if isinstance(e.this, exp.Distinct):
