@@ -20,7 +20,7 @@ from croupier.model.fit import Observation, cold, fit, format_estimate, observat
 from croupier.model.perf import Prediction
 from croupier.model.profile import Curve, StorageProfile, call_weight
 from croupier.model.selector import choose, robust
-from croupier.model.stage import StageFacts, StagePrediction, Term, interval, phase_calls, predict_stage
+from croupier.model.stage import StageFacts, StagePrediction, Term, interval, kind_seconds, phase_calls, predict_stage
 from croupier.report import cold_phase
 
 CONCURRENCY = 2
@@ -493,6 +493,14 @@ def test_a_stage_whose_tasks_found_a_kept_side_pays_only_the_decodes_that_ran() 
     assert phase_calls(facts, "read:cached") == 4
     many = StageFacts("reduce", 4, {"read:exchange-frames-arrow": 1e6}, exchange_reads=48, calls={"read:exchange-frames-arrow": 4})
     assert phase_calls(many, "read:exchange-frames-arrow") == 48  # one per object fetched
+    # the kept side is not priced as a read (the "read:" family's cost per call) but at nothing,
+    # until runs measure it
+    profile = replace(StorageProfile.load("local"), call_seconds={"read:": 5e-4, "read:exchange-frames-arrow": 3e-4})
+    probe = replace(facts, phases=facts.phases | {"read:cached": 0.0})
+    per_call = kind_seconds(probe, profile)[1]
+    assert per_call["read:cached"] == 0.0 and per_call["read:exchange-frames-arrow"] == 2 * 3e-4
+    measured = replace(profile, call_seconds=profile.call_seconds | {"read:cached": 1e-5})
+    assert kind_seconds(probe, measured)[1]["read:cached"] == 4e-5
 
 
 def test_a_kind_whose_calls_all_move_a_few_bytes_is_priced_per_call() -> None:

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from croupier.model.profile import SIGNATURE, Curve, StorageProfile, base_kind, call_weight
+from croupier.model.profile import OWN_PRICE_ONLY, SIGNATURE, Curve, StorageProfile, base_kind, call_weight
 from croupier.model.stage import StageFacts, phase_calls, predict_stage
 from croupier.report import ran_cold
 
@@ -64,8 +64,9 @@ FAMILIES = ("read:", "write:", "")
 #: Parquet read of a codec never measured is priced as all Parquet reads measured.
 SUBFAMILIES = ("read:parquet",)
 #: Kinds that say nothing of what their family's unseen kinds cost: a broadcast side a function
-#: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured.
-NOT_A_FAMILY = frozenset({"read:cached"})
+#: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured (nor
+#: is a read a guide to it: :data:`croupier.model.profile.OWN_PRICE_ONLY`).
+NOT_A_FAMILY = OWN_PRICE_ONLY
 
 
 def cold(observation: Observation) -> bool:
