@@ -305,6 +305,21 @@ def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
     assert any(count > 1 for count in parents(plan).values()) and "<shared #1" in frame.explain()
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT year(d), month(d), upper(s), ceiling(x), pow(x, 2), trim(s), nullif(q, 0), ifnull(x, 0), coalesce(x, 1), left(s, 2), ltrim(s), char_length(s) FROM t ORDER BY id",
+        "SELECT CAST(q AS INT), CAST(x AS REAL), CAST(q AS DOUBLE), CAST(q AS BIGINT), x::VARCHAR, date_trunc('month', d), log10(abs(x) + 1), extract(month FROM d), substr(s, 2, 2), substring(s, 1, 2) FROM t ORDER BY id",
+        "SELECT g, string_agg(s, ',' ORDER BY id), listagg(s, '|' ORDER BY id DESC), any_value(g), quantile_cont(x, 0.5), max_by(id, q * 1000 + id), min_by(id, q * 1000 - id), var_samp(x), bool_and(q > -25) FROM t GROUP BY g ORDER BY g",
+    ],
+)
+def test_unnamed_columns_are_named_as_duckdb_names_them(tables: dict[str, Path], query: str) -> None:
+    """A column without an alias is named by the function the query called, as written (``ifnull``
+    and ``coalesce``, ``listagg`` and ``string_agg`` are one function to the parser), quoted where
+    DuckDB quotes it (``"year"(d)``, ``main."trim"(s)``, ``CAST(q AS "DOUBLE")``)."""
+    check(query, tables)
+
+
 def test_a_cte_that_only_filters_a_table_is_scanned_for_each_use(tables: dict[str, Path]) -> None:
     """A CTE read twice is one node of the plan; when it only projects and filters a table, each
     use scans the table (no stage computes it once for both: writing and reading that back cost

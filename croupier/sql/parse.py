@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 
 from dataclasses import dataclass
 from typing import Iterable
@@ -365,37 +366,111 @@ def output_names(tree: exp.Expr, schemas: dict[str, pl.Schema], text: str) -> li
         select = select.left if isinstance(select, exp.SetOperation) else select.this
     if not isinstance(select, exp.Select) or any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)) for p in select.expressions):
         return None
-    columns = {c.lower(): c for s in schemas.values() for c in s}
-    substring = "main.\"substring\"" if "substring(" in text.lower() else "substr"
-    return [_name(p, columns, substring) for p in select.expressions]
+    namer = _Namer({c.lower(): c for s in schemas.values() for c in s}, text)
+    return [namer(p) for p in select.expressions]
 
 
 _OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "//", exp.DPipe: "||",
         exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR"}  # fmt: skip
+#: DuckDB (1.5) keywords that are also function names: a column named after a call of one quotes
+#: it (``"year"(d)``); the three its parser reads as special forms name the schema too.
+KEYWORD_FUNCTIONS = frozenset(
+    "add aggregate century checkpoint day decade error filter first functions glob hour json last left map microsecond millennium "
+    "millisecond minute mode month nullif position quarter range replace right row second show substring trim user version week year".split()
+)
+SCHEMA_FUNCTIONS = frozenset({"position", "substring", "trim"})
+#: DuckDB's own names of SQL type names, and those it writes unquoted (its column-name keywords).
+_TYPE_NAMES = {"INT": "INTEGER", "INT4": "INTEGER", "INT8": "BIGINT", "INT2": "SMALLINT", "INT1": "TINYINT", "INT128": "HUGEINT", "TEXT": "VARCHAR",
+               "STRING": "VARCHAR", "REAL": "FLOAT", "FLOAT4": "FLOAT", "FLOAT8": "DOUBLE", "NUMERIC": "DECIMAL", "BOOL": "BOOLEAN"}  # fmt: skip
+_PLAIN_TYPES = frozenset({"INTEGER", "SMALLINT", "BIGINT", "BOOLEAN", "TIMESTAMP", "VARCHAR", "FLOAT", "DECIMAL", "TIME", "INTERVAL", "CHAR"})
+#: How a query may spell functions that sqlglot reads under one name without noting where the
+#: name stood: found in the text in the order they come.
+_SPELLINGS = {
+    exp.GroupConcat: ("string_agg", "listagg", "group_concat"),
+    exp.PercentileCont: ("quantile_cont", "percentile_cont"),
+    exp.PercentileDisc: ("quantile_disc", "percentile_disc"),
+    exp.ArgMax: ("arg_max", "max_by", "argmax"),
+    exp.ArgMin: ("arg_min", "min_by", "argmin"),
+    exp.AnyValue: ("any_value",),
+}
+#: Functions of one operand that sqlglot reads as a two-operand one (``log10(x)`` is LOG(10, x)).
+_ONE_OPERAND = frozenset({"log10", "log2", "ln"})
 
 
-def _name(e: exp.Expr, columns: dict[str, str], substring: str) -> str:
-    """DuckDB's text for an expression used as a column name (the common forms)."""
-    if isinstance(e, exp.Alias):
-        return e.alias
-    if isinstance(e, exp.Column):
-        return columns.get(e.name.lower(), e.name)
-    if isinstance(e, exp.Paren):
-        return _name(e.this, columns, substring)
-    if isinstance(e, exp.Literal):
-        return f"'{e.this}'" if e.is_string else str(e.this)
-    if type(e) in _OPS:
-        return f"({_name(e.left, columns, substring)} {_OPS[type(e)]} {_name(e.right, columns, substring)})"  # type: ignore[attr-defined]
-    if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
-        return "count_star()"
-    if isinstance(e, exp.Filter) and isinstance(e.expression, exp.Where):
-        return f"{_name(e.this, columns, substring)} FILTER (WHERE {_name(e.expression.this, columns, substring)})"
-    if isinstance(e, exp.Cast):
-        return f"CAST({_name(e.this, columns, substring)} AS {e.to.sql(DIALECT).upper()})"
-    if isinstance(e, exp.Distinct):
-        return "DISTINCT " + ", ".join(_name(x, columns, substring) for x in e.expressions)
-    if isinstance(e, exp.Func):
-        fname = substring if isinstance(e, exp.Substring) else {"AVG": "avg", "STDDEV_SAMP": "stddev_samp"}.get(e.sql_name(), e.sql_name().lower())
-        args = [a for a in e.args.values() if isinstance(a, exp.Expr)] + [a for v in e.args.values() if isinstance(v, list) for a in v]
-        return f"{fname}({', '.join(_name(a, columns, substring) for a in args)})"
-    return e.sql(DIALECT)
+class _Namer:
+    """DuckDB's text for an expression used as a column name (the common forms): a function by the
+    name the query wrote (``ifnull`` and ``coalesce`` are one function to sqlglot, and two names
+    to DuckDB), quoted as DuckDB quotes it."""
+
+    def __init__(self, columns: dict[str, str], text: str) -> None:
+        self.columns, self.text = columns, text
+        self.spelled = {kind: iter(m.group(1).lower() for m in re.finditer(rf"\b({'|'.join(names)})\s*\(", text, re.IGNORECASE)) for kind, names in _SPELLINGS.items()}
+
+    def __call__(self, e: exp.Expr) -> str:
+        if isinstance(e, exp.Alias):
+            return e.alias
+        if isinstance(e, exp.Column):
+            return self.columns.get(e.name.lower(), e.name)
+        if isinstance(e, (exp.Paren, exp.IgnoreNulls)):  # (DuckDB's any_value reads as IGNORE NULLS of it)
+            return self(e.this)
+        if isinstance(e, exp.Literal):
+            return f"'{e.this}'" if e.is_string else str(e.this)
+        if type(e) in _OPS:
+            return f"({self(e.left)} {_OPS[type(e)]} {self(e.right)})"  # type: ignore[attr-defined]
+        if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+            return "count_star()"
+        if isinstance(e, exp.Filter) and isinstance(e.expression, exp.Where):
+            return f"{self(e.this)} FILTER (WHERE {self(e.expression.this)})"
+        if isinstance(e, exp.Cast):
+            return f"{'TRY_CAST' if isinstance(e, exp.TryCast) else 'CAST'}({self(e.this)} AS {_type_name(e.to)})"
+        if isinstance(e, exp.Distinct):
+            return "DISTINCT " + ", ".join(self(x) for x in e.expressions)
+        if isinstance(e, exp.Coalesce):
+            return f"COALESCE({', '.join(self(a) for a in [e.this, *e.expressions])})"
+        if isinstance(e, exp.Extract):
+            return f"main.date_part('{e.this.name.lower()}', {self(e.expression)})"
+        if isinstance(e, exp.GroupConcat):
+            return self._string_agg(e)
+        if isinstance(e, (exp.TimestampTrunc, exp.DateTrunc)) and e.args.get("unit") is not None:
+            return f"{self._function(e)}('{e.args['unit'].name.lower()}', {self(e.this)})"
+        if isinstance(e, exp.Func):
+            args = [a for a in e.args.values() if isinstance(a, exp.Expr)] + [a for v in e.args.values() if isinstance(v, list) for a in v]
+            name = self._function(e)
+            if name in _ONE_OPERAND and isinstance(e, exp.Log) and e.expression is not None:
+                args = [e.expression]
+            return f"{name}({', '.join(self(a) for a in args)})"
+        return e.sql(DIALECT)
+
+    def _written(self, e: exp.Func) -> str:
+        """The function's name as the query wrote it, lower-case ("" where it cannot be told)."""
+        start, end = e.meta.get("start"), e.meta.get("end")
+        if isinstance(start, int) and isinstance(end, int):
+            written = self.text[start : end + 1]
+            if written.replace("_", "").isalnum():
+                return written.lower()
+        spelled = self.spelled.get(type(e))
+        return next(spelled, "") if spelled is not None else ""
+
+    def _function(self, e: exp.Func) -> str:
+        """The function's name as the query wrote it (else sqlglot's), quoted as DuckDB does."""
+        name = self._written(e) or ("substring" if isinstance(e, exp.Substring) else {"AVG": "avg", "STDDEV_SAMP": "stddev_samp"}.get(e.sql_name(), e.sql_name().lower()))
+        if name in SCHEMA_FUNCTIONS:
+            return f'main."{name}"'
+        return f'"{name}"' if name in KEYWORD_FUNCTIONS else name
+
+    def _string_agg(self, e: exp.GroupConcat) -> str:
+        """``string_agg(x, sep ORDER BY ...)``, by the name the query used."""
+        name = self._written(e) or "string_agg"
+        this, order = (e.this.this, e.this) if isinstance(e.this, exp.Order) else (e.this, None)
+        args = [self(this)] + ([self(e.args["separator"])] if e.args.get("separator") is not None else [])
+        ordered = f" ORDER BY {', '.join(o.sql(DIALECT) for o in order.expressions)}" if order is not None else ""
+        return f"{name}({', '.join(args)}{ordered})"
+
+
+def _type_name(to: exp.DataType) -> str:
+    """DuckDB's name of a cast's target type (``INT`` is ``INTEGER``; ``"DOUBLE"`` quoted)."""
+    text = to.sql(DIALECT).upper()
+    base, _, rest = text.partition("(")
+    base = _TYPE_NAMES.get(base.strip(), base.strip())
+    name = base + ("(" + rest if rest else "")
+    return name if base in _PLAIN_TYPES else f'"{base}"' + ("(" + rest if rest else "")
