@@ -269,7 +269,7 @@ def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engin
     """On worker processes, a table of three files: aggregates that do not split into partial and
     final steps (median, quantiles, arg_max, string_agg, list: a group's rows meet on one task
     after the exchange, or all rows without keys), with split ones beside them; GROUP BY ALL,
-    DISTINCT ON, QUALIFY, date functions and sliding window frames."""
+    DISTINCT ON, QUALIFY, date functions, sliding window frames and DuckDB's default frame."""
     root, config, executor = engine
     rng = np.random.default_rng(21)
     n = 3_000
@@ -290,4 +290,6 @@ def test_new_aggregates_distinct_on_group_by_all_and_qualify_on_the_engine(engin
         "SELECT a, id, b FROM t QUALIFY row_number() OVER (PARTITION BY a ORDER BY b DESC) <= 2 ORDER BY a, id",
         "SELECT date_trunc('month', d) AS m, dayofweek(d) AS w, count(*) AS n FROM t GROUP BY ALL ORDER BY ALL",
         "SELECT id, avg(b) OVER (PARTITION BY a ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS r, ntile(4) OVER (PARTITION BY a ORDER BY id) AS nt, percent_rank() OVER (PARTITION BY a ORDER BY b) AS pr FROM t ORDER BY id",
+        # DuckDB's default frame: running totals that take the current row's peers (d has ties)
+        "SELECT id, sum(id) OVER (PARTITION BY a ORDER BY d) AS s, count(*) OVER (ORDER BY d) AS n, max(b) OVER (PARTITION BY s ORDER BY d DESC) AS mx, avg(b) OVER (ORDER BY a NULLS FIRST) AS av FROM t ORDER BY id",
     ), tables, paths, config, executor)

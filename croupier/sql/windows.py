@@ -9,8 +9,9 @@
   ``UNBOUNDED PRECEDING AND CURRENT ROW`` (running sum/min/max/count/avg, NULL until the first
   non-NULL value), ``n PRECEDING AND CURRENT ROW`` or ``n PRECEDING AND n FOLLOWING`` (Polars'
   rolling sum/avg/min/max/count over the rows present: the frame shrinks at the partition's
-  edges, and NULLs are skipped as DuckDB skips them). DuckDB's default frame (RANGE, which takes
-  peers) is refused with a ConfigError naming the frames that work.
+  edges, and NULLs are skipped as DuckDB skips them). DuckDB's default frame (RANGE UNBOUNDED
+  PRECEDING to CURRENT ROW, which takes the current row's peers too) runs for sum, avg, min, max
+  and count (:func:`_through_peers`); a whole-partition frame is the partition's aggregate.
 """
 
 from __future__ import annotations
@@ -52,10 +53,70 @@ def window(t: ExprTranslator, e: exp.Window) -> Expr:
         return _ordered_over(shifted, partition, keys, desc, nulls_first)
     if not isinstance(fn, exp.AggFunc):
         raise ConfigError(f"SQL: window function {sql_text(fn)} is not supported")
-    if not keys:
+    if not keys or _whole_partition(e):
         agg = t.aggregate(fn)
         return Over(agg, partition) if partition else agg
+    if _up_to_peers(e):
+        return _through_peers(t, fn, partition, keys, desc, nulls_first)
     return _ordered_over(_framed(t, e, fn), partition, keys, desc, nulls_first)
+
+
+def _frame(e: exp.Window) -> tuple[str, str, str]:
+    """The window's frame as (kind, start, end) in upper case ("" where not written)."""
+    spec = e.args.get("spec")
+    if spec is None:
+        return "", "", ""
+    return str(spec.args.get("kind", "")).upper(), str(spec.args.get("start", "")).upper(), str(spec.args.get("end", "")).upper()
+
+
+def _up_to_peers(e: exp.Window) -> bool:
+    """Whether the frame is DuckDB's default with ORDER BY: every row up to the current row's last
+    peer (RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW, written or not)."""
+    return _frame(e) in (("", "", ""), ("RANGE", "UNBOUNDED", "CURRENT ROW"))
+
+
+def _whole_partition(e: exp.Window) -> bool:
+    """Whether the frame is the whole partition (UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)."""
+    kind, start, end = _frame(e)
+    return kind in ("ROWS", "RANGE") and start == end == "UNBOUNDED"
+
+
+def _through_peers(t: ExprTranslator, fn: exp.Expr, partition: tuple[Expr, ...], keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
+    """A running aggregate that takes the current row's peers (rows of equal ORDER BY keys) too.
+
+    Running counts, sums of the positive and of the negative parts, maxima and minima never go
+    back, so over its peers the largest (the smallest, for a minimum) is the value at the last
+    peer, whatever order the ties ran in: a sum is the positive part's less the negative part's.
+    """
+    peers = (*partition, *keys)
+
+    def last(running: Expr, agg: str = "max") -> Expr:
+        return Over(Agg(agg, _ordered_over(running, partition, keys, desc, nulls_first)), peers)
+
+    if isinstance(fn, exp.Count) and (fn.this is None or isinstance(fn.this, exp.Star)):
+        return last(int_range(1, Agg("len", None) + 1)).cast(pl.Int64)
+    if isinstance(fn.this, exp.Distinct):
+        raise ConfigError(f"SQL: {sql_text(fn)} over an ordered window is not supported")
+    x = t(fn.this)
+    counted = last(x.cum_count()).cast(pl.Int64)
+    if isinstance(fn, exp.Count):
+        return counted
+    if isinstance(fn, exp.Max):
+        return last(x.cum_max().forward_fill())
+    if isinstance(fn, exp.Min):
+        return last(x.cum_min().forward_fill(), "min")
+    if not isinstance(fn, (exp.Sum, exp.Avg)):
+        raise ConfigError(f"SQL: running {sql_text(fn)} is not supported (sum, avg, min, max, count are)")
+    dtype = t.dtype(x)
+    if not (dtype.is_numeric() or dtype == pl.Null):
+        raise ConfigError(f"SQL: {sql_text(fn)} needs a numeric argument (got {dtype}); cast it first")
+    v = x.cast(pl.Int64) if dtype.is_integer() and isinstance(fn, exp.Sum) else x.cast(pl.Float64) if dtype == pl.Float32 or isinstance(fn, exp.Avg) else x
+    up = last(Func("cum_sum", (when(v > 0).then(v).otherwise(Lit(0)),), (False,)))
+    down = last(Func("cum_sum", (when(v < 0).then(-v).otherwise(Lit(0)),), (False,)))
+    total = up - down
+    if isinstance(fn, exp.Avg):
+        total = total / counted.cast(pl.Float64)
+    return when(counted > 0).then(total).otherwise(Lit(None))
 
 
 def _ranking(fn: exp.Expr, keys: list[Expr], desc: list[bool], nulls_first: list[bool]) -> Expr:
@@ -108,7 +169,7 @@ def _framed(t: ExprTranslator, e: exp.Window, fn: exp.Expr) -> Expr:
             return _rolling(t, fn, before + 1, False)
         if _offset(end, spec, "following") == before:
             return _rolling(t, fn, 2 * before + 1, True)
-    raise ConfigError(f"SQL: {sql_text(e)}: an ordered window aggregate needs one of these frames: {FRAMES} (sum, avg, min, max, count; RANGE frames and DuckDB's default frame are not supported)")
+    raise ConfigError(f"SQL: {sql_text(e)}: an ordered window aggregate needs one of these frames: {FRAMES} (sum, avg, min, max, count), or DuckDB's default frame (RANGE UNBOUNDED PRECEDING to CURRENT ROW)")
 
 
 def _offset(bound: exp.Expr | None, spec: exp.Expr, side: str) -> int | None:
