@@ -86,7 +86,9 @@ def _through_peers(t: ExprTranslator, fn: exp.Expr, partition: tuple[Expr, ...],
 
     Running counts, sums of the positive and of the negative parts, maxima and minima never go
     back, so over its peers the largest (the smallest, for a minimum) is the value at the last
-    peer, whatever order the ties ran in: a sum is the positive part's less the negative part's.
+    peer, whatever order the ties ran in: a sum is the positive part's less the negative part's
+    (exact for integers; for floating-point values it may round in the last digits otherwise than
+    a direct sum, and loses precision where the two parts nearly cancel at large magnitudes).
     """
     peers = (*partition, *keys)
 
