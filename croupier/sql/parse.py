@@ -326,10 +326,27 @@ def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] 
     schema = {name: {column: sql_type(dtype) for column, dtype in s.items()} for name, s in schemas.items()}
     names = output_names(original, schemas, text)
     try:
-        tree = optimize(original.copy(), schema, table_bytes or {})
+        tree = optimize(known_functions(original.copy()), schema, table_bytes or {})
     except SqlglotError as exc:
         raise ConfigError(f"SQL: {exc}") from exc
     return Parsed(tree, names, declared_case(original, schemas))
+
+
+def known_functions(tree: exp.Expr) -> exp.Expr:
+    """DuckDB functions sqlglot leaves unknown, as the ones they are: ``mean(x)`` is ``avg(x)``,
+    ``date_part('year', d)`` (``datepart``) is ``EXTRACT(year FROM d)``."""
+
+    def rewrite(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Anonymous):
+            return node
+        name, args = node.name.lower(), node.expressions
+        if name == "mean" and len(args) == 1:
+            return exp.Avg(this=args[0])
+        if name in ("date_part", "datepart") and len(args) == 2 and isinstance(args[0], exp.Literal) and args[0].is_string:
+            return exp.Extract(this=exp.var(args[0].this.upper()), expression=args[1])
+        return node
+
+    return tree.transform(rewrite)
 
 
 def referenced_tables(tree: exp.Expr) -> set[str]:
@@ -431,6 +448,11 @@ class _Namer:
             return f"main.date_part('{e.this.name.lower()}', {self(e.expression)})"
         if isinstance(e, exp.GroupConcat):
             return self._string_agg(e)
+        if isinstance(e, exp.Neg):  # (a negative number is one constant to DuckDB)
+            return f"-{self(e.this)}" if isinstance(e.this, exp.Literal) and not e.this.is_string else f"-({self(e.this)})"
+        if isinstance(e, exp.DateDiff):  # (this: the end, expression: the start)
+            unit = e.args["unit"].name.lower() if e.args.get("unit") is not None else "day"
+            return f"{self._function(e)}('{unit}', {self(e.expression)}, {self(e.this)})"
         if isinstance(e, (exp.TimestampTrunc, exp.DateTrunc)) and e.args.get("unit") is not None:
             return f"{self._function(e)}('{e.args['unit'].name.lower()}', {self(e.this)})"
         if isinstance(e, exp.Func):

@@ -7,6 +7,8 @@
 * ``log(x)`` is the base-10 logarithm (DuckDB), ``ln`` the natural one; ``power`` is DOUBLE;
   ``sign`` is TINYINT.
 * ``left``/``right`` with a negative length drop characters from the other end.
+* ``date_diff``/``datediff`` count the unit's boundaries between two dates (day, month, quarter,
+  year), as DuckDB does; ``trunc`` rounds toward zero.
 * ``regexp_matches`` searches anywhere in the string (RE2 and Rust's regex read common patterns
   alike); ``contains``, ``starts_with``, ``ends_with`` and ``replace`` take their text literally.
 
@@ -24,7 +26,7 @@ import polars as pl
 from sqlglot import exp
 
 from croupier.errors import ConfigError
-from croupier.expr import Expr, Func
+from croupier.expr import Expr, Func, when
 from croupier.sql.parse import sql_text
 
 if TYPE_CHECKING:
@@ -113,6 +115,46 @@ def power(t: ExprTranslator, e: exp.Expr) -> Expr:
     return Func("pow", (t(e.this).cast(pl.Float64),), (constant(e.expression, float, "the exponent", e),))
 
 
+#: date_diff's units: how many of them a date is from year 0 (the difference counts the unit's
+#: boundaries between the two dates, as DuckDB does: 2019-12-31 to 2020-01-01 is one year).
+_DIFF_UNITS = ("DAY", "MONTH", "QUARTER", "YEAR")
+
+
+def date_diff(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``date_diff(unit, start, end)`` (also ``datediff``) as BIGINT: the unit's boundaries crossed
+    from ``start`` to ``end`` (days between the two days, not 24-hour periods)."""
+    unit = (e.args["unit"].name if e.args.get("unit") is not None else "DAY").upper().rstrip("S")
+    if unit not in _DIFF_UNITS:
+        raise ConfigError(f"SQL: {sql_text(e)}: date_diff supports the units {list(_DIFF_UNITS)}")
+    end, start = (_as_date(t, x) for x in (e.this, e.expression))
+    if unit == "DAY":
+        return Func("total_days", (end - start,), ()).cast(pl.Int64)
+    per_year = {"MONTH": 12, "QUARTER": 4, "YEAR": 1}[unit]
+    part = {"MONTH": "month", "QUARTER": "quarter", "YEAR": None}[unit]
+
+    def count(d: Expr) -> Expr:
+        years = Func("year", (d,), ()).cast(pl.Int64) * per_year
+        return years + Func(part, (d,), ()).cast(pl.Int64) if part else years
+
+    return count(end) - count(start)
+
+
+def _as_date(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """A date_diff argument as a DATE (sqlglot reads DuckDB's arguments as timestamps)."""
+    inner = e.this if isinstance(e, exp.Cast) and e.to.is_type("timestamp") else e
+    return t(inner).cast(pl.Date)
+
+
+def trunc(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``trunc(x)``: toward zero; an integer stays as it is (DuckDB keeps the type)."""
+    x = t(e.this)
+    if not t.dtype(x).is_float():
+        if t.dtype(x).is_integer():
+            return x
+        raise ConfigError(f"SQL: {sql_text(e)}: trunc of {t.dtype(x)} is not supported (of floating-point numbers and integers it is)")
+    return when(x < 0).then(Func("ceil", (x,), ())).otherwise(Func("floor", (x,), ()))
+
+
 def null_safe_eq(t: ExprTranslator, e: exp.Binary) -> Expr:
     """``a IS NOT DISTINCT FROM b``: equal, with NULL equal to NULL (never NULL itself)."""
     a, b = t._coerced(t(e.left), t(e.right))
@@ -142,6 +184,8 @@ HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.Log: log,
     exp.Exp: lambda t, e: Func("exp", (t(e.this).cast(pl.Float64),), ()),
     exp.Pow: power,
+    exp.DateDiff: date_diff,
+    exp.Trunc: trunc,
     exp.NullSafeEQ: null_safe_eq,
     exp.NullSafeNEQ: lambda t, e: ~null_safe_eq(t, e),
 }
