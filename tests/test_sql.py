@@ -318,6 +318,8 @@ def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
         # and the functions sqlglot leaves unknown: date_part, mean
         "SELECT id, date_diff('day', d, DATE '2000-03-01'), datediff('month', d, DATE '2000-06-01'), date_diff('year', DATE '1999-12-31', d), date_diff('quarter', d, DATE '2000-12-31'), trunc(x), trunc(-x), trunc(q), date_part('month', d), datepart('dow', d) FROM t ORDER BY id",
         "SELECT g, mean(x), mean(q), date_part('year', max(d)) FROM t GROUP BY g ORDER BY g",
+        # strings: positions 1-based (0: absent; NULL of NULL), pads cut to the length, reversal
+        "SELECT id, strpos(s, 'pp'), instr(s, 'a'), position('r' IN s), strpos(s, ''), strpos(g, 'g'), lpad(s, 9, '*'), rpad(s, 3, '-'), lpad(g, 0, 'x'), reverse(s), strpos('héllo wörld', 'ö'), lpad('héllo', 8, 'ü') FROM t ORDER BY id",
         "SELECT g, string_agg(s, ',' ORDER BY id), listagg(s, '|' ORDER BY id DESC), any_value(g), quantile_cont(x, 0.5), max_by(id, q * 1000 + id), min_by(id, q * 1000 - id), var_samp(x), bool_and(q > -25) FROM t GROUP BY g ORDER BY g",
     ],
 )

@@ -46,6 +46,15 @@ def _str_slice(e: pl.Expr, offset: pl.Expr, length: pl.Expr | None = None) -> pl
     return e.str.slice(offset, length)
 
 
+def _strpos(e: pl.Expr, sub: pl.Expr) -> pl.Expr:
+    """1 + the characters before ``sub``'s first occurrence in ``e``, 0 where it does not occur
+    (SQL's strpos; an empty ``sub`` is at 1); null where either is null."""
+    found = e.str.contains(sub, literal=True)
+    before = e.str.split(sub).list.first().str.len_chars().cast(pl.Int64)
+    missing = pl.lit(None, pl.Int64)
+    return pl.when(found.is_null()).then(missing).when(sub.str.len_bytes() == 0).then(pl.lit(1, pl.Int64)).when(found).then(before + 1).otherwise(pl.lit(0, pl.Int64))
+
+
 def _int_range(start: pl.Expr, end: pl.Expr, step: int, dtype: Any) -> pl.Expr:
     return pl.int_range(start, end, step, dtype=dtype)
 
@@ -78,6 +87,8 @@ FUNCTIONS: dict[str, Function] = {
     "to_lowercase": Function(ROW, lambda e: e.str.to_lowercase()),
     "len_chars": Function(ROW, lambda e: e.str.len_chars()),
     "len_bytes": Function(ROW, lambda e: e.str.len_bytes()),
+    "strpos": Function(ROW, lambda e, sub: _strpos(e, sub)),
+    "pad": Function(ROW, lambda e, width, fill, left: (e.str.pad_start(width, fill) if left else e.str.pad_end(width, fill)).str.slice(0, width)),
     "strip_chars": Function(ROW, lambda e, chars=None: e.str.strip_chars(chars)),
     "strip_chars_start": Function(ROW, lambda e, chars=None: e.str.strip_chars_start(chars)),
     "strip_chars_end": Function(ROW, lambda e, chars=None: e.str.strip_chars_end(chars)),

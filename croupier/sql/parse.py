@@ -409,6 +409,7 @@ _SPELLINGS = {
     exp.ArgMax: ("arg_max", "max_by", "argmax"),
     exp.ArgMin: ("arg_min", "min_by", "argmin"),
     exp.AnyValue: ("any_value",),
+    exp.StrPosition: ("position",),  # (strpos and instr keep where they stood)
 }
 #: Functions of one operand that sqlglot reads as a two-operand one (``log10(x)`` is LOG(10, x)).
 _ONE_OPERAND = frozenset({"log10", "log2", "ln"})

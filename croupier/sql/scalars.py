@@ -7,6 +7,8 @@
 * ``log(x)`` is the base-10 logarithm (DuckDB), ``ln`` the natural one; ``power`` is DOUBLE;
   ``sign`` is TINYINT.
 * ``left``/``right`` with a negative length drop characters from the other end.
+* ``strpos``/``instr``/``position`` are 1-based (0: not found); ``lpad``/``rpad`` cut a longer
+  string to the length, keeping its left end, and pad with one character.
 * ``date_diff``/``datediff`` count the unit's boundaries between two dates (day, month, quarter,
   year), as DuckDB does; ``trunc`` rounds toward zero.
 * ``regexp_matches`` searches anywhere in the string (RE2 and Rust's regex read common patterns
@@ -155,6 +157,20 @@ def trunc(t: ExprTranslator, e: exp.Expr) -> Expr:
     return when(x < 0).then(Func("ceil", (x,), ())).otherwise(Func("floor", (x,), ()))
 
 
+def strpos(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``strpos(s, sub)``, ``instr``, ``position(sub IN s)``: 1-based, 0 when absent."""
+    return Func("strpos", (t(e.this), t(e.args["substr"])), ())
+
+
+def pad(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``lpad(s, n, c)``/``rpad``: to n characters, cut to n when longer (DuckDB keeps the left ones)."""
+    width = constant(e.expression, int, "the length", e)
+    fill = constant(e.args.get("fill_pattern"), str, "the fill", e) if e.args.get("fill_pattern") is not None else " "
+    if len(fill) != 1:
+        raise ConfigError(f"SQL: {sql_text(e)}: padding with {fill!r} is not supported (one character is)")
+    return Func("pad", (t(e.this),), (max(0, width), fill, bool(e.args.get("is_left"))))
+
+
 def null_safe_eq(t: ExprTranslator, e: exp.Binary) -> Expr:
     """``a IS NOT DISTINCT FROM b``: equal, with NULL equal to NULL (never NULL itself)."""
     a, b = t._coerced(t(e.left), t(e.right))
@@ -185,6 +201,9 @@ HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.Exp: lambda t, e: Func("exp", (t(e.this).cast(pl.Float64),), ()),
     exp.Pow: power,
     exp.DateDiff: date_diff,
+    exp.StrPosition: strpos,
+    exp.Pad: pad,
+    exp.Reverse: lambda t, e: Func("reverse", (t(e.this),), ()),
     exp.Trunc: trunc,
     exp.NullSafeEQ: null_safe_eq,
     exp.NullSafeNEQ: lambda t, e: ~null_safe_eq(t, e),
