@@ -129,3 +129,10 @@ def test_columns_named_like_helper_columns(clashing: Path, config: Config) -> No
 def test_a_column_outside_an_aggregation_is_refused_whatever_its_name(clashing: Path, config: Config) -> None:
     with pytest.raises(Exception, match="inside an aggregation"):
         cf.scan_parquet(clashing, config=config).group_by("__a0").agg(col("__x") + col("__p0").sum()).collect()
+
+
+def test_rename_drop_nulls_clip_and_quantile_on_the_engine(table: Path, config: Config) -> None:
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    got = lf.rename({"x": "v"}).drop("none").drop_nulls().with_columns(col("v").clip(100, 400).alias("c")).group_by("g").agg(col("c").quantile(0.3).alias("q"), col("v").sum()).collect()
+    expected = pf.rename({"x": "v"}).drop("none").drop_nulls().with_columns(pl.col("v").clip(100, 400).alias("c")).group_by("g").agg(pl.col("c").quantile(0.3).alias("q"), pl.col("v").sum()).collect()
+    assert_same(got, expected)

@@ -238,6 +238,23 @@ def test_windows_over_partitions_and_the_whole_frame(files: dict[str, Path]) -> 
     check(lf.filter(col("q").rank("ordinal").over("g") <= 2).select("g", "q"), pf.filter(pl.col("q").rank("ordinal").over("g") <= 2).select("g", "q"))
 
 
+def test_rename_drop_drop_nulls_clip_quantile_and_sum_horizontal(files: dict[str, Path]) -> None:
+    lf, pf = _pair(files, "facts")
+    check(lf.rename({"x": "value", "g": "group"}).drop("n", "d"), pf.rename({"x": "value", "g": "group"}).drop("n", "d"), ordered=True)
+    check(lf.rename({"k": "g", "g": "k"}).select("k", "g"), pf.rename({"k": "g", "g": "k"}).select("k", "g"), ordered=True)  # a swap
+    check(lf.drop(["n"]).drop_nulls(), pf.drop(["n"]).drop_nulls(), ordered=True)
+    check(lf.drop_nulls("k").drop_nulls(["x", "g"]), pf.drop_nulls("k").drop_nulls(["x", "g"]), ordered=True)
+    check(lf.select(col("x").clip(10, 50).alias("c"), col("q").clip(lower_bound=0).alias("lo"), col("q").clip(upper_bound=-3).alias("hi"), cf.sum_horizontal("x", "q", "n").alias("s")),
+          pf.select(pl.col("x").clip(10, 50).alias("c"), pl.col("q").clip(lower_bound=0).alias("lo"), pl.col("q").clip(upper_bound=-3).alias("hi"), pl.sum_horizontal("x", "q", "n").alias("s")), ordered=True)  # fmt: skip
+    check(lf.group_by("g").agg(col("x").quantile(0.25).alias("q1"), col("q").quantile(0.9, "linear").alias("q9"), col("x").quantile(0.5, "midpoint").alias("m")),
+          pf.group_by("g").agg(pl.col("x").quantile(0.25).alias("q1"), pl.col("q").quantile(0.9, "linear").alias("q9"), pl.col("x").quantile(0.5, "midpoint").alias("m")))  # fmt: skip
+    check(lf.rename({"zz": "a"}, strict=False).drop("zz", strict=False), pf.rename({"zz": "a"}, strict=False).drop("zz", strict=False), ordered=True)
+    with pytest.raises(ConfigError, match="rename: no column 'zz'"):
+        lf.rename({"zz": "a"})
+    with pytest.raises(ConfigError, match="drop: no column 'zz'"):
+        lf.drop("zz")
+
+
 def test_is_in_a_frame_and_scalar_subqueries(files: dict[str, Path]) -> None:
     lf, pf = _pair(files, "facts")
     dims, pdims = _pair(files, "dims")

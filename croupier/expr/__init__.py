@@ -45,6 +45,7 @@ from croupier.expr.nodes import (
     len_,
     lit,
     max_horizontal,
+    sum_horizontal,
     min_horizontal,
     scalar,
     when,
@@ -57,6 +58,6 @@ __all__ = [
     "AGGREGATIONS", "FUNCTIONS", "Agg", "Alias", "Binary", "Cast", "Col", "DtNamespace", "Expr", "Func", "IsIn",
     "IsInFrame", "Lit", "Over", "ScalarFrame", "StrNamespace", "Unary", "When", "as_dtype", "coalesce", "col",
     "concat_str", "conjoin", "conjuncts", "count", "dtype_name", "extract", "fold", "identity", "int_range", "is_window_root",
-    "len_", "like_regex", "lit", "max_horizontal", "may_match", "min_horizontal", "scalar", "transform", "walk",
+    "len_", "like_regex", "lit", "max_horizontal", "may_match", "min_horizontal", "scalar", "sum_horizontal", "transform", "walk",
     "when", "wrap",
 ]  # fmt: skip

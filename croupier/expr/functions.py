@@ -76,6 +76,8 @@ FUNCTIONS: dict[str, Function] = {
     "fill_nan": Function(ROW, lambda e, v: e.fill_nan(v)),
     "coalesce": Function(ROW, lambda es: pl.coalesce(es), method=False, variadic=True),
     "max_horizontal": Function(ROW, lambda es: pl.max_horizontal(es), method=False, variadic=True),
+    "sum_horizontal": Function(ROW, lambda es: pl.sum_horizontal(es), method=False, variadic=True),
+    "clip": Function(ROW, lambda e, lower, upper: e.clip(lower, upper)),
     "min_horizontal": Function(ROW, lambda es: pl.min_horizontal(es), method=False, variadic=True),
     # strings
     "contains": Function(ROW, lambda e, s, literal: e.str.contains(s, literal=literal)),

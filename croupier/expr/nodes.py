@@ -174,6 +174,10 @@ class Expr:
         """Replace nulls by ``value`` (a constant or an expression)."""
         return Func("coalesce", (self, wrap(value)), ())
 
+    def clip(self, lower_bound: Any = None, upper_bound: Any = None) -> Expr:
+        """Values below ``lower_bound`` raised to it, above ``upper_bound`` lowered to it (None: no bound)."""
+        return self._fn("clip", lower_bound, upper_bound)
+
     def fill_nan(self, value: Any) -> Expr:
         return self._fn("fill_nan", value)
 
@@ -186,6 +190,11 @@ class Expr:
     def n_unique(self) -> Expr: return Agg("n_unique", self)
     def null_count(self) -> Expr: return Agg("null_count", self)
     def median(self) -> Expr: return Agg("median", self)
+    def quantile(self, quantile: float, interpolation: str = "nearest") -> Expr:
+        """The ``quantile`` (0-1) of the values, as Polars' (its interpolations)."""
+        if not 0 <= quantile <= 1 or interpolation not in ("nearest", "higher", "lower", "midpoint", "linear", "equiprobable"):
+            raise ConfigError(f"quantile needs 0 <= quantile <= 1 and a Polars interpolation, got {quantile!r}, {interpolation!r}")
+        return Agg("quantile", self, (float(quantile), interpolation))
     def len(self) -> Expr: return Agg("len", self)
     def std(self, ddof: int = 1) -> Expr: return Agg("std", self, (ddof,))
     def var(self, ddof: int = 1) -> Expr: return Agg("var", self, (ddof,))
@@ -709,6 +718,11 @@ def concat_str(exprs: Iterable[Any], separator: str = "", ignore_nulls: bool = F
 def max_horizontal(*exprs: Any) -> Expr:
     """The largest of ``exprs`` per row, ignoring nulls (SQL GREATEST)."""
     return Func("max_horizontal", _expr_list(*exprs), ())
+
+
+def sum_horizontal(*exprs: Any) -> Expr:
+    """The sum of ``exprs`` per row, nulls counted as 0 (Polars' ``sum_horizontal``)."""
+    return Func("sum_horizontal", _expr_list(*exprs), ())
 
 
 def min_horizontal(*exprs: Any) -> Expr:

@@ -13,6 +13,7 @@ from croupier.expr import (
     len_,
     lit,
     max_horizontal,
+    sum_horizontal,
     min_horizontal,
     scalar,
     when,
@@ -23,5 +24,5 @@ len = len_
 
 __all__ = [
     "Expr", "LazyFrame", "QueryResult", "coalesce", "col", "concat", "concat_str", "count", "int_range", "len", "lit",
-    "max_horizontal", "min_horizontal", "scalar", "scan_csv", "scan_gensort", "scan_parquet", "when",
+    "max_horizontal", "min_horizontal", "scalar", "sum_horizontal", "scan_csv", "scan_gensort", "scan_parquet", "when",
 ]  # fmt: skip

@@ -22,7 +22,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import polars as pl
 
@@ -240,6 +240,32 @@ class LazyFrame:
     def with_columns(self, *exprs: Any) -> LazyFrame:
         """Add or replace columns (an aggregation is repeated on every row)."""
         return self._with(Project(self._node, _exprs(exprs), "with_columns"))
+
+    def rename(self, mapping: Mapping[str, str], strict: bool = True) -> LazyFrame:
+        """Columns renamed by ``mapping`` (old -> new), in place; ``strict``: a name not in the
+        frame is an error (Polars' default)."""
+        missing = [c for c in mapping if c not in self.schema]
+        if strict and missing:
+            raise ConfigError(f"rename: no column {missing[0]!r}; the columns are {self.columns} (or pass strict=False)")
+        return self.select(*[Col(c).alias(mapping[c]) if c in mapping else Col(c) for c in self.columns])
+
+    def drop(self, *columns: str | Sequence[str], strict: bool = True) -> LazyFrame:
+        """Every column but ``columns``; ``strict``: a name not in the frame is an error."""
+        names = [c for item in columns for c in ([item] if isinstance(item, str) else item)]
+        missing = [c for c in names if c not in self.schema]
+        if strict and missing:
+            raise ConfigError(f"drop: no column {missing[0]!r}; the columns are {self.columns} (or pass strict=False)")
+        return self.select(*[Col(c) for c in self.columns if c not in names])
+
+    def drop_nulls(self, subset: str | Sequence[str] | None = None) -> LazyFrame:
+        """Rows without a null in ``subset`` (default: in any column)."""
+        names = [subset] if isinstance(subset, str) else list(subset or self.columns)
+        if not names:
+            return self
+        keep = Col(names[0]).is_not_null()
+        for c in names[1:]:
+            keep = keep & Col(c).is_not_null()
+        return self.filter(keep)
 
     def group_by(self, *keys: Any) -> GroupBy:
         return GroupBy(self, _exprs(keys))
