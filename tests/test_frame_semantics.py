@@ -248,6 +248,7 @@ def test_rename_drop_drop_nulls_clip_quantile_and_sum_horizontal(files: dict[str
           pf.select(pl.col("x").clip(10, 50).alias("c"), pl.col("q").clip(lower_bound=0).alias("lo"), pl.col("q").clip(upper_bound=-3).alias("hi"), pl.sum_horizontal("x", "q", "n").alias("s")), ordered=True)  # fmt: skip
     check(lf.group_by("g").agg(col("x").quantile(0.25).alias("q1"), col("q").quantile(0.9, "linear").alias("q9"), col("x").quantile(0.5, "midpoint").alias("m")),
           pf.group_by("g").agg(pl.col("x").quantile(0.25).alias("q1"), pl.col("q").quantile(0.9, "linear").alias("q9"), pl.col("x").quantile(0.5, "midpoint").alias("m")))  # fmt: skip
+    check(lf.select(col("q").cast(cf.Int16).alias("q16"), col("x").cast(cf.Float32)), pf.select(pl.col("q").cast(pl.Int16).alias("q16"), pl.col("x").cast(pl.Float32)), ordered=True)  # Polars' types, re-exported
     check(lf.rename({"zz": "a"}, strict=False).drop("zz", strict=False), pf.rename({"zz": "a"}, strict=False).drop("zz", strict=False), ordered=True)
     with pytest.raises(ConfigError, match="rename: no column 'zz'"):
         lf.rename({"zz": "a"})
