@@ -107,6 +107,8 @@ def check(query: str, tables: dict[str, Path]) -> pl.DataFrame:
         "SELECT DISTINCT g, k FROM t ORDER BY 1, 2",
         "SELECT id, CASE WHEN x > 0 THEN 'pos' WHEN x < 0 THEN 'neg' END AS sign, coalesce(k, -1) AS k1, nullif(q, 0) AS q0 FROM t",
         "SELECT id, q / 4 AS a, q // 4 AS b, q % 4 AS c, -q // 4 AS e, round(x / 3, 2) AS r, round(x) AS r0 FROM t",
+        # rounding to tens and hundreds, of floats and integers (places were read as 0)
+        "SELECT id, round(x, -1) AS r10, round(x * 100, (-2)) AS r100, round(q * 7, -1) AS qi, round(k * 55, -2) AS ki, round(-25, -1) AS m FROM t",
         "SELECT id, CAST(x / 3 AS DECIMAL(10, 2)) AS dec, CAST(x AS INTEGER) AS i, CAST(q AS DOUBLE) AS f, CAST(k AS VARCHAR) AS v FROM t",
         "SELECT id, d + INTERVAL 30 DAY AS later, d + 7 AS week, d - DATE '2000-01-01' AS days, EXTRACT(YEAR FROM d) AS y, EXTRACT(MONTH FROM d) AS m FROM t",
         "SELECT id, replace(s, '', 'X') AS r0, replace(s, 'a', '') AS r1, sign(x) AS sx, sign(CAST('nan' AS DOUBLE) * x) AS sn FROM t",

@@ -53,6 +53,21 @@ _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _UNITS = {"DAY": "d", "DAYS": "d", "MONTH": "mo", "MONTHS": "mo", "YEAR": "y", "YEARS": "y", "WEEK": "w", "WEEKS": "w"}
+def _int_literal(e: exp.Expr) -> int | None:
+    """The integer an argument states (a literal, negated or in parentheses), else None."""
+    if isinstance(e, exp.Paren):
+        return _int_literal(e.this)
+    if isinstance(e, exp.Neg):
+        inner = _int_literal(e.this)
+        return None if inner is None else -inner
+    if isinstance(e, exp.Literal) and not e.is_string:
+        try:
+            return int(e.this)
+        except ValueError:
+            return None
+    return None
+
+
 _PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "ISODOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
 
 
@@ -260,12 +275,21 @@ class ExprTranslator:
         return x.cast(target, strict)
 
     def round_(self, e: exp.Round) -> Expr:
+        """ROUND(x[, n]) half away from zero; a negative n rounds to tens, hundreds... (integers
+        too, keeping their type)."""
         decimals = e.args.get("decimals")
-        places = int(decimals.this) if isinstance(decimals, exp.Literal) else 0
+        places = 0 if decimals is None else _int_literal(decimals)
+        if places is None:
+            raise ConfigError(f"SQL: {sql_text(e)}: ROUND needs a constant number of places")
         x = self(e.this)
-        if is_integer(self.dtype(x)):
-            return x
-        return x.round(places, "half_away_from_zero")
+        dtype = self.dtype(x)
+        if places >= 0:
+            return x if is_integer(dtype) else x.round(places, "half_away_from_zero")
+        factor = 10 ** -places
+        if is_integer(dtype):
+            magnitude = (Func("abs", (x.cast(pl.Int64),), ()) + factor // 2) // factor * factor
+            return when(x < 0).then(-magnitude).otherwise(magnitude).cast(dtype)
+        return (x / factor).round(0, "half_away_from_zero") * factor
 
     def substring(self, e: exp.Substring) -> Expr:
         start, length = e.args.get("start"), e.args.get("length")
