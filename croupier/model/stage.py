@@ -253,7 +253,10 @@ def kind_seconds(facts: StageFacts, profile: StorageProfile) -> tuple[dict[str, 
 
 def first_touch_seconds(facts: StageFacts, profile: StorageProfile) -> float:
     """Seconds a function's first task spends pulling in fresh memory: f * the bytes of one task
-    through the stage's largest phase (paid once per function, not per wave)."""
+    through the stage's largest phase (paid once per function, not per wave). (Nothing to work out for a warm
+    profile's 0: the selector predicts tens of thousands of stages planning a query at cloud scale.)"""
+    if not profile.first_touch_seconds_per_byte:
+        return 0.0
     return max(facts.phases.values(), default=0.0) / max(1, facts.tasks) * profile.first_touch_seconds_per_byte
 
 
