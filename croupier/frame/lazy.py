@@ -33,7 +33,7 @@ from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, input_location, res
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.dag.tiers import fast_tier_failure
 from croupier.errors import ConfigError, CroupierError
-from croupier.expr import Col, Expr, count, wrap
+from croupier.expr import Col, Expr, conjoin, count, wrap
 from croupier.frame.reference import to_polars
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, mark_shared, walk
 from croupier.plan.optimize import optimize
@@ -244,28 +244,28 @@ class LazyFrame:
     def rename(self, mapping: Mapping[str, str], strict: bool = True) -> LazyFrame:
         """Columns renamed by ``mapping`` (old -> new), in place; ``strict``: a name not in the
         frame is an error (Polars' default)."""
-        missing = [c for c in mapping if c not in self.schema]
-        if strict and missing:
-            raise ConfigError(f"rename: no column {missing[0]!r}; the columns are {self.columns} (or pass strict=False)")
+        if strict:
+            self._require("rename", mapping)
         return self.select(*[Col(c).alias(mapping[c]) if c in mapping else Col(c) for c in self.columns])
 
     def drop(self, *columns: str | Sequence[str], strict: bool = True) -> LazyFrame:
         """Every column but ``columns``; ``strict``: a name not in the frame is an error."""
         names = [c for item in columns for c in ([item] if isinstance(item, str) else item)]
-        missing = [c for c in names if c not in self.schema]
-        if strict and missing:
-            raise ConfigError(f"drop: no column {missing[0]!r}; the columns are {self.columns} (or pass strict=False)")
+        if strict:
+            self._require("drop", names)
         return self.select(*[Col(c) for c in self.columns if c not in names])
 
     def drop_nulls(self, subset: str | Sequence[str] | None = None) -> LazyFrame:
         """Rows without a null in ``subset`` (default: in any column)."""
         names = [subset] if isinstance(subset, str) else list(subset or self.columns)
-        if not names:
-            return self
-        keep = Col(names[0]).is_not_null()
-        for c in names[1:]:
-            keep = keep & Col(c).is_not_null()
-        return self.filter(keep)
+        keep = conjoin([Col(c).is_not_null() for c in names])
+        return self if keep is None else self.filter(keep)
+
+    def _require(self, what: str, names: Iterable[str]) -> None:
+        """A ConfigError naming the first of ``names`` the frame has no column of."""
+        missing = [c for c in names if c not in self.schema]
+        if missing:
+            raise ConfigError(f"{what}: no column {missing[0]!r}; the columns are {self.columns} (or pass strict=False)")
 
     def group_by(self, *keys: Any) -> GroupBy:
         return GroupBy(self, _exprs(keys))

@@ -63,10 +63,6 @@ FAMILIES = ("read:", "write:", "")
 #: Narrower fallbacks, over every kind they prefix (their families keep those kinds too): a
 #: Parquet read of a codec never measured is priced as all Parquet reads measured.
 SUBFAMILIES = ("read:parquet",)
-#: Kinds that say nothing of what their family's unseen kinds cost: a broadcast side a function
-#: kept (``read:cached``: no bytes, next to no time) is no guide to a read never measured (nor
-#: is a read a guide to it: :data:`croupier.model.profile.OWN_PRICE_ONLY`).
-NOT_A_FAMILY = OWN_PRICE_ONLY
 
 
 def cold(observation: Observation) -> bool:
@@ -379,7 +375,7 @@ def _fit_once(d: Design, rows: np.ndarray, base: StorageProfile) -> Coefficients
             compute[k] = own_c if math.isnan(own_c) else w * own_c + (1 - w) * kind_c
             calls[k] = own_d if math.isnan(own_d) else w * own_d + (1 - w) * kind_d
     for family in FAMILIES:  # fallbacks for kinds never seen, from every kind of the family
-        js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in NOT_A_FAMILY]
+        js = [j for j, k in enumerate(d.kinds) if k.startswith(family) and not any(k.startswith(f) for f in FAMILIES if len(f) > len(family)) and k not in OWN_PRICE_ONLY]  # (a kept broadcast side is no guide to a read never measured)
         if js:  # per byte: all the family's time over all its bytes; per call: the median kind's
             compute[family], calls[family] = _family(d, rows, js, calls)
     for family in SUBFAMILIES:  # (a kind of that very name, "read:parquet" of older reports, is its own)

@@ -42,6 +42,7 @@ from croupier.expr import (
 from croupier.sql.aggregates import aggregate
 from croupier.sql.parse import KEEP, sql_text
 from croupier.sql.scalars import HANDLERS as SCALARS
+from croupier.sql.scalars import constant
 from croupier.sql.windows import window
 from croupier.sql.scope import Relation, dtype_of
 from croupier.sql.types import decimal_scale, polars_dtype
@@ -53,21 +54,6 @@ _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _UNITS = {"DAY": "d", "DAYS": "d", "MONTH": "mo", "MONTHS": "mo", "YEAR": "y", "YEARS": "y", "WEEK": "w", "WEEKS": "w"}
-def _int_literal(e: exp.Expr) -> int | None:
-    """The integer an argument states (a literal, negated or in parentheses), else None."""
-    if isinstance(e, exp.Paren):
-        return _int_literal(e.this)
-    if isinstance(e, exp.Neg):
-        inner = _int_literal(e.this)
-        return None if inner is None else -inner
-    if isinstance(e, exp.Literal) and not e.is_string:
-        try:
-            return int(e.this)
-        except ValueError:
-            return None
-    return None
-
-
 _PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter", "DOW": "weekday", "ISODOW": "weekday", "DOY": "ordinal_day", "WEEK": "week"}
 
 
@@ -278,9 +264,7 @@ class ExprTranslator:
         """ROUND(x[, n]) half away from zero; a negative n rounds to tens, hundreds... (integers
         too, keeping their type)."""
         decimals = e.args.get("decimals")
-        places = 0 if decimals is None else _int_literal(decimals)
-        if places is None:
-            raise ConfigError(f"SQL: {sql_text(e)}: ROUND needs a constant number of places")
+        places = 0 if decimals is None else constant(decimals, int, "ROUND's number of places", e)
         x = self(e.this)
         dtype = self.dtype(x)
         if places >= 0:

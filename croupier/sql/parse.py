@@ -476,7 +476,7 @@ class _Namer:
 
     def _function(self, e: exp.Func) -> str:
         """The function's name as the query wrote it (else sqlglot's), quoted as DuckDB does."""
-        name = self._written(e) or ("substring" if isinstance(e, exp.Substring) else {"AVG": "avg", "STDDEV_SAMP": "stddev_samp"}.get(e.sql_name(), e.sql_name().lower()))
+        name = self._written(e) or ("substring" if isinstance(e, exp.Substring) else e.sql_name().lower())
         if name in SCHEMA_FUNCTIONS:
             return f'main."{name}"'
         return f'"{name}"' if name in KEYWORD_FUNCTIONS else name
@@ -493,7 +493,6 @@ class _Namer:
 def _type_name(to: exp.DataType) -> str:
     """DuckDB's name of a cast's target type (``INT`` is ``INTEGER``; ``"DOUBLE"`` quoted)."""
     text = to.sql(DIALECT).upper()
-    base, _, rest = text.partition("(")
+    base, paren, rest = text.partition("(")
     base = _TYPE_NAMES.get(base.strip(), base.strip())
-    name = base + ("(" + rest if rest else "")
-    return name if base in _PLAIN_TYPES else f'"{base}"' + ("(" + rest if rest else "")
+    return (base if base in _PLAIN_TYPES else f'"{base}"') + paren + rest

@@ -159,15 +159,15 @@ def _ntile(fn: exp.Ntile, index: Expr, rows: Expr) -> Expr:
 
 def _framed(t: ExprTranslator, e: exp.Window, fn: exp.Expr) -> Expr:
     """An ordered window aggregate over its ROWS frame (see the module's docstring)."""
+    kind, start_text, end_text = _frame(e)
+    if (kind, start_text, end_text) == ("ROWS", "UNBOUNDED", "CURRENT ROW"):
+        return _running(t, fn)
     spec = e.args.get("spec")
-    kind = str(spec.args.get("kind", "")).upper() if spec is not None else ""
     start = spec.args.get("start") if spec is not None else None
     end = spec.args.get("end") if spec is not None else None
-    if kind == "ROWS" and str(start).upper() == "UNBOUNDED" and str(end).upper() == "CURRENT ROW":
-        return _running(t, fn)
     before = _offset(start, spec, "preceding")
     if kind == "ROWS" and before is not None and type(fn) in _ROLLING:
-        if str(end).upper() == "CURRENT ROW":
+        if end_text == "CURRENT ROW":
             return _rolling(t, fn, before + 1, False)
         if _offset(end, spec, "following") == before:
             return _rolling(t, fn, 2 * before + 1, True)
