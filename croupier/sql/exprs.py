@@ -264,7 +264,10 @@ class ExprTranslator:
         """ROUND(x[, n]) half away from zero; a negative n rounds to tens, hundreds... (integers
         too, keeping their type)."""
         decimals = e.args.get("decimals")
-        places = 0 if decimals is None else constant(decimals, int, "ROUND's number of places", e)
+        given = 0.0 if decimals is None else constant(decimals, float, "ROUND's number of places", e)
+        if not given.is_integer():  # (DuckDB has no ROUND of fractional places)
+            raise ConfigError(f"SQL: {sql_text(e)}: ROUND's number of places must be a whole number")
+        places = int(given)
         x = self(e.this)
         dtype = self.dtype(x)
         if places >= 0:
