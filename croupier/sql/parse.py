@@ -334,7 +334,7 @@ def parse(text: str, schemas: dict[str, pl.Schema], table_bytes: dict[str, int] 
 
 def known_functions(tree: exp.Expr) -> exp.Expr:
     """DuckDB functions sqlglot leaves unknown, as the ones they are: ``mean(x)`` is ``avg(x)``,
-    ``date_part('year', d)`` (``datepart``) is ``EXTRACT(year FROM d)``."""
+    ``date_part('year', d)`` (``datepart``) is ``EXTRACT(year FROM d)``. Rewrites ``tree`` in place."""
 
     def rewrite(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Anonymous):
@@ -346,7 +346,7 @@ def known_functions(tree: exp.Expr) -> exp.Expr:
             return exp.Extract(this=exp.var(args[0].this.upper()), expression=args[1])
         return node
 
-    return tree.transform(rewrite)
+    return tree.transform(rewrite, copy=False)  # (the caller's tree is a copy already)
 
 
 def referenced_tables(tree: exp.Expr) -> set[str]:
