@@ -11,9 +11,11 @@ or one on PATH, started with a ``maxmemory`` limit, policy ``noeviction`` and no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -71,14 +73,21 @@ class SeaweedFS:
         master, volume, filer, s3 = ports
         self.endpoint = f"http://127.0.0.1:{s3}"
         self.master = f"http://127.0.0.1:{master}"
+        # gRPC's local sockets, which weed puts in /tmp whatever its flags say (named by the ports
+        # this server was given, so they are its own); stop() deletes them
+        self._sockets = [Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock") for name, port in (("master", master), ("volume", volume), ("filer", filer), ("s3", s3))]
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self._log = open(self.workdir / "weed.log", "wb")
         self.process = subprocess.Popen(
             [
-                weed_binary(), "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                weed_binary(), f"-logdir={self.workdir}", "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
                 "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                 "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+                # the S3 gateway's and filer's local sockets into its own folder, as its log files
+                # (-logdir, before "server"): by default they go to /tmp, and every start left
+                # seven files there
+                f"-s3.localSocket={self.workdir / 's3.sock'}", f"-filer.localSocket={self.workdir / 'filer.sock'}",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -124,9 +133,14 @@ class SeaweedFS:
         urllib.request.urlopen(f"{self.master}/vol/vacuum?garbageThreshold=0.01", timeout=timeout).read()
 
     def stop(self) -> None:
-        """Stop the server (it is throwaway: a short grace period, then kill)."""
+        """Stop the server (it is throwaway: a short grace period, then kill) and delete the
+        sockets it left in /tmp."""
         _stop_server(self.process)
         self._log.close()
+        for path in self._sockets:
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
 
     def __enter__(self) -> SeaweedFS:
         return self
@@ -233,9 +247,14 @@ class RedisServer:
         self.wait_ready()
 
     def stop(self) -> None:
-        """Stop the server (it is throwaway: a short grace period, then kill)."""
+        """Stop the server (it is throwaway: a short grace period, then kill) and delete the
+        sockets it left in /tmp."""
         _stop_server(self.process)
         self._log.close()
+        for path in self._sockets:
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
 
     def __enter__(self) -> RedisServer:
         return self

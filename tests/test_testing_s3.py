@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -87,6 +88,10 @@ def test_vacuum_reclaims_deleted_objects_and_a_bad_bucket_name_fails_fast(tmp_pa
             server.wait_ready("b", timeout=30)
     finally:
         server.stop()
+    # nothing left in /tmp: its logs went to its folder, its sockets were deleted
+    pid = server.process.pid
+    assert list((tmp_path / "s3").glob(f"weed.*.{pid}")) and not glob.glob(f"/tmp/weed.*.{pid}")
+    assert len(server._sockets) == 4 and not any(p.exists() for p in server._sockets)
 
 
 @pytest.mark.redis
