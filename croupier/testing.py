@@ -247,14 +247,9 @@ class RedisServer:
         self.wait_ready()
 
     def stop(self) -> None:
-        """Stop the server (it is throwaway: a short grace period, then kill) and delete the
-        sockets it left in /tmp."""
+        """Stop the server (it is throwaway: a short grace period, then kill)."""
         _stop_server(self.process)
         self._log.close()
-        for path in self._sockets:
-            with contextlib.suppress(OSError):
-                if stat.S_ISSOCK(path.lstat().st_mode):
-                    path.unlink()
 
     def __enter__(self) -> RedisServer:
         return self
