@@ -404,21 +404,25 @@ class Sort(Operator):
 
 @dataclass(frozen=True)
 class Head(Operator):
-    """Rows ``offset`` to ``offset + n`` (Polars ``slice``; offset 0: the first ``n``)."""
+    """Rows ``offset`` to ``offset + n`` (Polars ``slice``; offset 0: the first ``n``), or
+    (``from_end``) the last ``n`` (Polars ``tail``)."""
 
     kind = "project"
     fusable = True
 
     n: int
     offset: int = 0
+    from_end: bool = False
 
     def apply(self, df: pl.DataFrame, sides: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         return run_lazily(self, df, sides)
 
     def lazy(self, lf: pl.LazyFrame, sides: Mapping[str, pl.LazyFrame]) -> pl.LazyFrame:
-        return lf.slice(self.offset, self.n)
+        return lf.tail(self.n) if self.from_end else lf.slice(self.offset, self.n)
 
     def describe(self) -> str:
+        if self.from_end:
+            return f"last {self.n}"
         return f"head {self.n}" + (f" after {self.offset}" if self.offset else "")
 
 

@@ -303,6 +303,10 @@ class LazyFrame:
 
     limit = head
 
+    def tail(self, n: int = 5) -> LazyFrame:
+        """The last ``n`` rows (Polars ``tail``): of the input's order, or of a sort's."""
+        return self._with(Limit(self._node, n, from_end=True))
+
     def slice(self, offset: int, length: int | None = None) -> LazyFrame:
         """``length`` rows (all when None) from row ``offset`` on."""
         if offset < 0:

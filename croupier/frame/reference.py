@@ -94,7 +94,7 @@ class _Translator:
             by = [self.expr(e) for e in node.by]
             return self.frame(node.input).sort(by, descending=list(node.descending), nulls_last=node.nulls_flags(), maintain_order=True)
         if isinstance(node, Limit):
-            return self.frame(node.input).slice(node.offset, node.n)
+            return self.frame(node.input).tail(node.n) if node.from_end else self.frame(node.input).slice(node.offset, node.n)
         if isinstance(node, Distinct):
             return self.frame(node.input).unique(maintain_order=True)
         if isinstance(node, Union):

@@ -513,9 +513,11 @@ class Compiler:
         return Pipeline(ExchangeInput(ranged, "partition"), [op])
 
     def _limit(self, node: Limit) -> Pipeline:
-        """Each task keeps its first offset + n rows (top-k: its best ones), one task the slice."""
-        keep = Head(node.offset + node.n)
-        final = Head(node.n, node.offset)
+        """Each task keeps its first offset + n rows (top-k: its best ones), one task the slice;
+        from the end (tail), each its last n and the one task their last n: tasks are gathered in
+        input order, so the last n of the last rows are the last n."""
+        keep = Head(node.n, from_end=True) if node.from_end else Head(node.offset + node.n)
+        final = Head(node.n, from_end=True) if node.from_end else Head(node.n, node.offset)
         if isinstance(node.input, Sort):  # top-k
             sort = node.input
             op = SortOp(sort.by, sort.descending, sort.nulls_last)

@@ -26,7 +26,7 @@ only (:func:`croupier.plan.lower.lower`); they are what physical planning must r
                 ``nulls_equal=False``)
 ``Sort``        ``input.sort(by, descending, nulls_last, maintain_order=True)``; ``nulls_last``
                 is one flag or one per key
-``Limit``       ``input.slice(offset, n)`` (``head(n)`` when offset is 0)
+``Limit``       ``input.slice(offset, n)`` (``head(n)`` when offset is 0; ``tail(n)`` from the end)
 ``Distinct``    ``input.unique(maintain_order=True)`` (whole rows)
 ``Union``       ``pl.concat(inputs, how="vertical")``: inputs of equal schemas, in input order
 ``Window``      ``input.with_columns([e.over(partition_by, order_by=order_by, descending,
@@ -339,24 +339,30 @@ class Sort(Node):
 
 @dataclass(eq=False)
 class Limit(Node):
-    """The rows ``offset`` to ``offset + n`` (Polars ``slice``)."""
+    """The rows ``offset`` to ``offset + n`` (Polars ``slice``); ``from_end``: the last ``n``
+    (Polars ``tail``; no offset)."""
 
     input: Node
     n: int
     offset: int = 0
+    from_end: bool = False
 
     def __post_init__(self) -> None:
         if self.n < 0 or self.offset < 0:
             raise ConfigError(f"head/limit needs n >= 0 and offset >= 0, got {self.n} and {self.offset}")
+        if self.from_end and self.offset:
+            raise ConfigError("a limit from the end (tail) takes no offset")
         self.schema = self.input.schema
 
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
 
     def with_children(self, children: tuple[Node, ...]) -> Node:
-        return Limit(children[0], self.n, self.offset)
+        return Limit(children[0], self.n, self.offset, self.from_end)
 
     def label(self) -> str:
+        if self.from_end:
+            return f"last {self.n}"
         return f"limit {self.n}" + (f" offset {self.offset}" if self.offset else "")
 
 

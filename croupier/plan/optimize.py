@@ -139,7 +139,7 @@ class _Predicates:
         if isinstance(node, Join):
             return self._join(node, preds)
         if isinstance(node, Limit):
-            return _wrap(Limit(self.push(node.input, []), node.n, node.offset), preds)
+            return _wrap(Limit(self.push(node.input, []), node.n, node.offset, node.from_end), preds)
         return _wrap(node.with_children(tuple(self.push(c, []) for c in node.children())), preds)
 
     def _join(self, node: Join, preds: list[Expr]) -> Node:
