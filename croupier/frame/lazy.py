@@ -33,7 +33,7 @@ from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, input_location, res
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.dag.tiers import fast_tier_failure
 from croupier.errors import ConfigError, CroupierError
-from croupier.expr import Col, Expr, conjoin, count, wrap
+from croupier.expr import Col, Expr, conjoin, count, int_range, wrap
 from croupier.frame.reference import to_polars
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, mark_shared, walk
 from croupier.plan.optimize import optimize
@@ -317,9 +317,28 @@ class LazyFrame:
         """The k rows with the largest ``by`` (smallest with ``descending=False``)."""
         return self.sort(by, descending=descending).head(k)
 
-    def unique(self) -> LazyFrame:
-        """Distinct rows."""
-        return self._with(Distinct(self._node))
+    def unique(self, subset: str | Sequence[str] | None = None, *, keep: str = "any", maintain_order: bool = False) -> LazyFrame:
+        """Rows distinct on ``subset`` (all columns when None), as Polars' ``unique``: of each
+        group of rows equal there, ``keep`` "first" or "last" (in input order; "any" keeps the
+        first), or "none" drops every group of more than one row; ``maintain_order`` keeps the
+        input order (the engine always does, except for whole distinct rows kept "any" way).
+
+        Whole distinct rows are a distributed distinct; the rest is a filter over a window on the
+        subset (the row's position in its group, or the group's size), which the engine runs
+        with the input order kept."""
+        if keep not in ("any", "first", "last", "none"):
+            raise ConfigError(f"unique: keep must be 'any', 'first', 'last' or 'none', got {keep!r}")
+        keys = [subset] if isinstance(subset, str) else list(subset) if subset is not None else self.columns
+        missing = [c for c in keys if c not in self.schema]
+        if missing:
+            raise ConfigError(f"unique: no column {missing[0]!r} in subset; the columns are {self.columns}")
+        if subset is None and keep != "none" and not maintain_order:
+            return self._with(Distinct(self._node))
+        size = count().over(*keys)
+        if keep == "none":
+            return self.filter(size == 1)
+        position = int_range(0, count()).over(*keys)
+        return self.filter(position == (size - 1 if keep == "last" else 0))
 
     distinct = unique
 

@@ -1,5 +1,7 @@
-"""``LazyFrame.tail``: the last rows of the input's order, or of a sort's, as Polars gives them,
-on several files (one of them empty), so that every plan runs in several tasks."""
+"""Which rows a frame keeps, as Polars keeps them: ``tail`` (the last rows of the input's order,
+or of a sort's) and ``unique`` (on a subset, keeping the first, last or none of each group, in
+input order or not); on several files (one of them empty), so that every plan runs in several
+tasks."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 import croupier.frame as cf
 from croupier.config import Config
+from croupier.errors import ConfigError
 from croupier.frame import col
 
 from .compare import assert_same
@@ -69,3 +72,39 @@ def test_tail_then_head_and_head_then_tail(table: Path, config: Config) -> None:
     assert_same(lf.tail(50).head(3).collect(), pf.tail(50).head(3).collect(), ordered=True)
     assert_same(lf.head(420).tail(30).collect(), pf.head(420).tail(30).collect(), ordered=True)
     assert "last 50" in lf.tail(50).explain()
+
+
+@pytest.mark.parametrize("keep", ["first", "last", "none"])
+@pytest.mark.parametrize("subset", ["g", ["g", "k"], "k", None])
+def test_unique_on_a_subset_keeps_the_rows_polars_keeps(table: Path, config: Config, keep: str, subset: str | list[str] | None) -> None:
+    """k has nulls (equal to each other, as in Polars); the rows of a group are spread over the
+    files, so the first and last of a group are in different tasks."""
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    got = lf.unique(subset, keep=keep, maintain_order=True).collect()
+    assert_same(got, pf.unique(subset, keep=keep, maintain_order=True).collect(), ordered=True)
+    narrow = lf.select("g", "k").unique(subset, keep=keep, maintain_order=True).collect()  # whole rows repeat here
+    assert_same(narrow, pf.select("g", "k").unique(subset, keep=keep, maintain_order=True).collect(), ordered=True)
+
+
+@pytest.mark.parametrize("keep", ["first", "last", "none"])
+def test_unique_without_maintain_order_keeps_the_same_rows(table: Path, config: Config, keep: str) -> None:
+    """Polars' order is then arbitrary: compared as sets."""
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    assert_same(lf.unique(["k", "g"], keep=keep).collect(), pf.unique(["k", "g"], keep=keep).collect())
+
+
+def test_unique_any_keeps_one_row_per_group_and_whole_rows_stay_a_distinct(table: Path, config: Config) -> None:
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    anyone = lf.unique(["g", "k"]).collect()  # Polars may keep any row of a group: compare the groups
+    assert_same(anyone.select("g", "k"), pf.unique(["g", "k"]).select("g", "k").collect())
+    assert_same(anyone, lf.unique(["g", "k"], keep="first").collect())
+    assert_same(lf.select("g", "k").unique().collect(), pf.select("g", "k").unique().collect())
+    assert "distinct" in lf.select("g").unique().explain().lower()
+
+
+def test_unique_refuses_an_unknown_column_or_keep(table: Path, config: Config) -> None:
+    lf = cf.scan_parquet(table, config=config)
+    with pytest.raises(ConfigError, match="no column 'nope' in subset"):
+        lf.unique(["g", "nope"])
+    with pytest.raises(ConfigError, match="keep must be"):
+        lf.unique("g", keep="middle")
