@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import shutil
 import signal
 import socket
@@ -22,6 +23,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -73,21 +75,19 @@ class SeaweedFS:
         master, volume, filer, s3 = ports
         self.endpoint = f"http://127.0.0.1:{s3}"
         self.master = f"http://127.0.0.1:{master}"
-        # gRPC's local sockets, which weed puts in /tmp whatever its flags say (named by the ports
-        # this server was given, so they are its own); stop() deletes them
+        # the local sockets weed puts in /tmp (gRPC's whatever its flags say; the S3 gateway's and
+        # the filer's by default, kept there as a socket's path must stay under 108 bytes), named
+        # by the ports this server was given, so they are its own: stop() deletes them
         self._sockets = [Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock") for name, port in (("master", master), ("volume", volume), ("filer", filer), ("s3", s3))]
+        self._sockets += [Path(f"/tmp/seaweedfs-s3-{s3}.sock"), Path(f"/tmp/seaweedfs-filer-{filer}.sock")]
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self._log = open(self.workdir / "weed.log", "wb")
         self.process = subprocess.Popen(
             [
-                weed_binary(), f"-logdir={self.workdir}", "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                weed_binary(), f"-logdir={self.workdir}", "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",  # (its logs in its folder, not /tmp)
                 f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
                 "-s3", f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                 "-master.volumeSizeLimitMB=1024", "-volume.max=0",
-                # the S3 gateway's and filer's local sockets into its own folder, as its log files
-                # (-logdir, before "server"): by default they go to /tmp, and every start left
-                # seven files there
-                f"-s3.localSocket={self.workdir / 's3.sock'}", f"-filer.localSocket={self.workdir / 'filer.sock'}",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -96,11 +96,14 @@ class SeaweedFS:
     def wait_ready(self, bucket: str, timeout: float = 60) -> None:
         """Wait until the S3 gateway answers and ``bucket`` exists; raise with the log tail if not."""
         deadline = time.time() + timeout
+        made = False
         while time.time() < deadline and self.process.poll() is None:
+            left = max(0.5, min(5.0, deadline - time.time()))
             try:
-                urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT"), timeout=5)
-                urllib.request.urlopen(f"{self.endpoint}/{bucket}?list-type=2", timeout=5)
-                self._first_write(bucket, deadline)
+                if not made:
+                    made = self._make_bucket(bucket, left)
+                urllib.request.urlopen(f"{self.endpoint}/{bucket}?list-type=2", timeout=left).read()
+                self._first_write(bucket, left)
                 return
             except urllib.error.HTTPError as e:
                 body = e.read().decode(errors="replace")
@@ -108,22 +111,34 @@ class SeaweedFS:
                     self.stop()
                     raise ValueError(f"SeaweedFS refuses the bucket name {bucket!r} (S3 bucket names have 3 to 63 characters: a-z, 0-9, '.', '-')") from e
                 time.sleep(0.3)
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError):
                 time.sleep(0.3)
         tail = (self.workdir / "weed.log").read_text(errors="replace")[-3000:]
         self.stop()
         raise RuntimeError(f"SeaweedFS did not become ready within {timeout}s; log tail:\n{tail}")
 
-    def _first_write(self, bucket: str, deadline: float) -> None:
-        """Write, read and delete one object in ``bucket``, so that the server's first write is
-        paid here, not by the first request of a test or a calibration: a fresh SeaweedFS assigns
-        its first volumes then, and that write took about 5 s in half of the starts on a 2-core
-        machine (an empty object does not reach a volume, so it does not do it)."""
-        url = f"{self.endpoint}/{bucket}/_croupier-ready"
-        timeout = max(5.0, deadline - time.time())
-        urllib.request.urlopen(urllib.request.Request(url, data=b"ready" * 1000, method="PUT"), timeout=timeout).read()
-        urllib.request.urlopen(url, timeout=timeout).read()
-        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=timeout).read()
+    def _make_bucket(self, bucket: str, timeout: float) -> bool:
+        """Create ``bucket``; True when it exists (made now, or by an earlier start on this folder)."""
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT"), timeout=timeout).read()
+        except urllib.error.HTTPError as e:
+            if e.code != 409:  # BucketAlreadyExists / BucketAlreadyOwnedByYou: there already
+                raise
+        return True
+
+    def _first_write(self, bucket: str, timeout: float) -> None:
+        """Write, read and delete one object in ``bucket``, so that its first write is paid here,
+        not by the first request of a test or a calibration: SeaweedFS keeps each bucket in a
+        collection of its own and assigns its first volumes on its first write, which took about
+        5 s in half of the starts on a 2-core machine (an empty object reaches no volume, so it
+        does not do it). The object's name is this call's own; it is deleted whatever happens."""
+        url = f"{self.endpoint}/{bucket}/_croupier-ready-{uuid.uuid4().hex}"
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, data=b"ready" * 1000, method="PUT"), timeout=timeout).read()
+            urllib.request.urlopen(url, timeout=timeout).read()
+        finally:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=timeout).read()
 
     def vacuum(self, timeout: float = 120) -> None:
         """Reclaim the space of deleted objects now: SeaweedFS frees it only when a volume is

@@ -54,8 +54,8 @@ def test_the_one_liner_starts_s3_that_the_cli_can_use(tmp_path: Path) -> None:
         cli = [sys.executable, "-m", "croupier.cli", "--no-progress", "--concurrency", "2"]
         gen = subprocess.run([*cli, "gensort", "s3://demo/in", "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
         assert gen.returncode == 0, gen.stderr
-        objects = sorted(p.name for p in (tmp_path / "s3").rglob("*") if p.is_file())
-        assert objects, "the server kept no data"
+        volumes = [p for p in (tmp_path / "s3").rglob("*.dat") if p.stat().st_size]
+        assert volumes, "the server kept no data"  # (its folder holds its logs too: volumes, not any file)
         again = subprocess.run([*cli, "gensort", "s3://demo/in", "--size", "2MB", "--parts", "2"], env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode != 0 and "already holds an output" in again.stderr  # the CLI sees what it wrote
     finally:
@@ -74,6 +74,7 @@ def test_vacuum_reclaims_deleted_objects_and_a_bad_bucket_name_fails_fast(tmp_pa
     server = SeaweedFS(tmp_path / "s3")
     try:
         server.wait_ready("croupier-vacuum")
+        assert sum(p.is_socket() for p in server._sockets) >= 3  # the test can tell: its sockets are where stop() looks
         config = Config(s3=S3Options(endpoint=server.endpoint, access_key_id=Secret("t"), secret_access_key=Secret("t"), allow_http=True))
         store = open_store("s3://croupier-vacuum/v", config)
         store.put("blob", os.urandom(8 << 20))
@@ -91,7 +92,7 @@ def test_vacuum_reclaims_deleted_objects_and_a_bad_bucket_name_fails_fast(tmp_pa
     # nothing left in /tmp: its logs went to its folder, its sockets were deleted
     pid = server.process.pid
     assert list((tmp_path / "s3").glob(f"weed.*.{pid}")) and not glob.glob(f"/tmp/weed.*.{pid}")
-    assert len(server._sockets) == 4 and not any(p.exists() for p in server._sockets)
+    assert not any(p.exists() for p in server._sockets)
 
 
 @pytest.mark.redis

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -341,10 +342,11 @@ def _stage_names(stage: Stage) -> set[str]:
 
 def _sourced(observation: Observation, jobs: list[Job]) -> Observation:
     """``observation`` with its source named after the one job of ``jobs`` that ran its stage (or
-    one of the exchange levels the runner added after it: "<stage> level 2")."""
-    parts = {part.split(" level ")[0] for part in observation.facts.name.split("+")}
-    job = next(j for j in jobs if parts & set().union(*(_stage_names(s) for s in j.stages)))
-    return replace(observation, source=f"calibration:{job.name}")
+    a batch the runner added after it: "<stage> level 2", a hybrid exchange's "<stage> round
+    1/2"); as it came (the run's jobs together) if none did."""
+    parts = {re.split(" level | round | combine ", part)[0] for part in observation.facts.name.split("+")}
+    job = next((j for j in jobs if parts & set().union(*(_stage_names(s) for s in j.stages))), None)
+    return observation if job is None else replace(observation, source=f"calibration:{job.name}")
 
 
 def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, seed: int = 7, together: bool = False) -> list[Observation]:
@@ -359,7 +361,8 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
     from croupier.dag.runner import run_job
 
     c = config.concurrency
-    base = replace(config, workers=None, algorithm=None, topology=None, progress=False, tmp_url=f"{url}/tmp", calibration="off", profile=None)
+    # every exchange on the store being calibrated (a fast tier beside it is calibrated apart)
+    base = replace(config, workers=None, algorithm=None, topology=None, progress=False, tmp_url=f"{url}/tmp", calibration="off", profile=None, tier="slow")
     observations: list[Observation] = []
     pending: list[Job] = []
 
