@@ -1,7 +1,7 @@
 """Which rows a frame keeps, as Polars keeps them: ``tail`` (the last rows of the input's order,
-or of a sort's) and ``unique`` (on a subset, keeping the first, last or none of each group, in
-input order or not); on several files (one of them empty), so that every plan runs in several
-tasks."""
+or of a sort's), ``unique`` (on a subset, keeping the first, last or none of each group, in
+input order or not) and joins whose null keys match (``nulls_equal``); on several files (one of
+them empty), so that every plan runs in several tasks."""
 
 from __future__ import annotations
 
@@ -108,3 +108,21 @@ def test_unique_refuses_an_unknown_column_or_keep(table: Path, config: Config) -
         lf.unique(["g", "nope"])
     with pytest.raises(ConfigError, match="keep must be"):
         lf.unique("g", keep="middle")
+
+
+@pytest.mark.parametrize("broadcast_limit", [64 << 20, 0], ids=["broadcast", "shuffle"])
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full", "semi", "anti"])
+def test_a_join_whose_null_keys_are_equal(table: Path, config: Config, tmp_path: Path, how: str, broadcast_limit: int) -> None:
+    """``nulls_equal=True``: rows whose k is null (one in 11 of the table's) match the side's
+    rows with a null k (two of them), on one key and on two; without it they match nothing."""
+    side = tmp_path / "side.parquet"
+    pl.DataFrame({"k": pl.Series([None, 1, 3, None, 9], dtype=pl.Int32), "g": ["g0", "g1", "g1", "g2", "g0"], "v": [10, 11, 13, 20, 19]}).write_parquet(side)
+    config = config.with_(broadcast_limit=broadcast_limit)
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    rf, rp = cf.scan_parquet(side, config=config), pl.scan_parquet(side)
+    for on in ("k", ["k", "g"]):
+        got = lf.join(rf, on=on, how=how, nulls_equal=True).collect()
+        expected = pf.join(rp, on=on, how=how, nulls_equal=True).collect()
+        assert_same(got, expected)
+        without = pf.join(rp, on=on, how=how).collect()
+        assert not expected.sort(expected.columns, nulls_last=True).equals(without.sort(without.columns, nulls_last=True))  # the test can tell

@@ -354,6 +354,7 @@ class HashJoin(Operator):
     how: str
     suffix: str = "_right"
     coalesce: bool | None = None  # Polars' meaning: None = its default for ``how``
+    nulls_equal: bool = False  # a null key matches a null key (Polars' nulls_equal)
 
     @property
     def sides(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -366,13 +367,13 @@ class HashJoin(Operator):
         right = sides[self.side]
         if self.how == "cross":
             return lf.join(right, how="cross", suffix=self.suffix)
-        return lf.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce)  # type: ignore[arg-type]
+        return lf.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce, nulls_equal=self.nulls_equal)  # type: ignore[arg-type]
 
     def describe(self) -> str:
         if self.how == "cross":
             return f"cross join with {self.side}"
         on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
-        return f"{self.how} hash join with {self.side} on {on}"
+        return f"{self.how} hash join with {self.side} on {on}" + (" (nulls equal)" if self.nulls_equal else "")
 
 
 @dataclass(frozen=True)

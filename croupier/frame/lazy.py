@@ -279,14 +279,15 @@ class LazyFrame:
         right_on: str | Sequence[str] | None = None,
         suffix: str = "_right",
         coalesce: bool | None = None,
+        nulls_equal: bool = False,
     ) -> LazyFrame:
         """Join with ``other``: inner, left, right, full, semi, anti on one or several equal keys
-        (a null key matches nothing), or cross (no keys). ``coalesce`` merges the key columns as
-        Polars does (default: yes, except for full joins)."""
+        (a null key matches nothing, or, ``nulls_equal``, a null key), or cross (no keys).
+        ``coalesce`` merges the key columns as Polars does (default: yes, except for full joins)."""
         left, right = _names(left_on or on), _names(right_on or on)
         if how != "cross" and not left:
             raise ConfigError("join needs on=... or left_on=/right_on= (or how='cross')")
-        return self._with(Join(self._node, other._node, left, right, how, suffix, coalesce))
+        return self._with(Join(self._node, other._node, left, right, how, suffix, coalesce, nulls_equal))
 
     def sort(self, by: Any, *more_by: Any, descending: bool | Sequence[bool] = False, nulls_last: bool | Sequence[bool] = False) -> LazyFrame:
         """Order by one or more keys, each ascending or descending, nulls first or last (a flag,

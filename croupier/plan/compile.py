@@ -254,7 +254,7 @@ class Compiler:
         and a left side that joins a filtered aggregation (a HAVING) is built first. Only joins
         whose result does not depend on the sides' roles: both keys kept (``coalesce=False``,
         SQL's joins), no column names in common (no suffixes)."""
-        if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or set(node.left.schema) & set(node.right.schema):
+        if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or node.nulls_equal or set(node.left.schema) & set(node.right.schema):
             return False
         if (shared := self._shared_stage(node.right)) is not None:
             return node.how == "inner" and self._left_first_of_shared(node, shared)

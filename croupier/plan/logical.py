@@ -255,7 +255,8 @@ class Aggregate(Node):
 
 @dataclass(eq=False)
 class Join(Node):
-    """``left.join(right, ...)``; ``coalesce`` None means Polars' default (True except for full)."""
+    """``left.join(right, ...)``; ``coalesce`` None means Polars' default (True except for full);
+    ``nulls_equal``: a null key matches a null key (else it matches nothing)."""
 
     left: Node
     right: Node
@@ -264,6 +265,7 @@ class Join(Node):
     how: str = "inner"
     suffix: str = "_right"
     coalesce: bool | None = None
+    nulls_equal: bool = False
 
     def __post_init__(self) -> None:
         if self.how not in JOIN_HOWS:
@@ -277,29 +279,29 @@ class Join(Node):
             missing = set(keys) - set(schema)
             if missing:
                 raise ConfigError(f"join: {side} side has no column(s) {sorted(missing)}; its columns are {list(schema)}")
-        how = (self.left_on, self.right_on, self.how, self.suffix, self.coalesce)
+        how = (self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal)
         self.schema = infer_cached("join", lambda: self.to_polars(empty(self.left.schema).lazy(), empty(self.right.schema).lazy()).collect(), "join", (self.left.schema, self.right.schema), (), how)
 
     def to_polars(self, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
         """This join in Polars, of the Polars frames of its inputs."""
         if self.how == "cross":
             return left.join(right, how="cross", suffix=self.suffix)
-        return left.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce)  # type: ignore[arg-type]
+        return left.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce, nulls_equal=self.nulls_equal)  # type: ignore[arg-type]
 
     def operator(self, side: str) -> HashJoin:
-        return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix, self.coalesce)
+        return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal)
 
     def children(self) -> tuple[Node, ...]:
         return (self.left, self.right)
 
     def with_children(self, children: tuple[Node, ...]) -> Node:
-        return Join(children[0], children[1], self.left_on, self.right_on, self.how, self.suffix, self.coalesce)
+        return Join(children[0], children[1], self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal)
 
     def label(self) -> str:
         if self.how == "cross":
             return "cross join"
         on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
-        return f"{self.how} join on {on}" + ("" if self.coalesce is None else f" coalesce={self.coalesce}")
+        return f"{self.how} join on {on}" + ("" if self.coalesce is None else f" coalesce={self.coalesce}") + (" nulls equal" if self.nulls_equal else "")
 
 
 @dataclass(eq=False)
