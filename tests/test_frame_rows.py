@@ -1,7 +1,8 @@
 """Which rows a frame keeps, as Polars keeps them: ``tail`` (the last rows of the input's order,
 or of a sort's), ``unique`` (on a subset, keeping the first, last or none of each group, in
-input order or not) and joins whose null keys match (``nulls_equal``); on several files (one of
-them empty), so that every plan runs in several tasks."""
+input order or not), groups in the order of their first rows (``maintain_order``) and joins
+whose null keys match (``nulls_equal``); on several files (one of them empty), so that every
+plan runs in several tasks."""
 
 from __future__ import annotations
 
@@ -126,3 +127,21 @@ def test_a_join_whose_null_keys_are_equal(table: Path, config: Config, tmp_path:
         assert_same(got, expected)
         without = pf.join(rp, on=on, how=how).collect()
         assert not expected.sort(expected.columns, nulls_last=True).equals(without.sort(without.columns, nulls_last=True))  # the test can tell
+
+
+@pytest.mark.parametrize("gather_limit", [None, 0], ids=["one-task-sort", "range-exchange"])
+def test_group_by_maintain_order_gives_groups_in_the_order_of_their_first_rows(table: Path, config: Config, gather_limit: int | None) -> None:
+    """Groups whose first rows are in different files (k has nulls, g three values); keys as
+    names and as an expression; after a filter and after a window (whose rows the engine
+    scatters and sorts back); a user column named like the helper; the groups sorted in one
+    task or through a range exchange."""
+    if gather_limit is not None:
+        config = config.with_(gather_limit=gather_limit)
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    got = lf.group_by("k", "g", maintain_order=True).agg(col("i").sum(), col("i").min().alias("lo"), col("i").count().alias("n")).collect()
+    assert_same(got, pf.group_by("k", "g", maintain_order=True).agg(pl.col("i").sum(), pl.col("i").min().alias("lo"), pl.col("i").count().alias("n")).collect(), ordered=True)
+    shifted = lf.filter(col("i") > 300).group_by((col("i") % 17).alias("r"), maintain_order=True).agg(col("k").max()).collect()
+    assert_same(shifted, pf.filter(pl.col("i") > 300).group_by((pl.col("i") % 17).alias("r"), maintain_order=True).agg(pl.col("k").max()).collect(), ordered=True)
+    windowed = lf.with_columns(col("i").rank("min").over("g").alias("__first")).group_by("k", maintain_order=True).len().collect()
+    assert_same(windowed, pf.with_columns(pl.col("i").rank("min").over("g").alias("__first")).group_by("k", maintain_order=True).len().collect(), ordered=True)
+    assert "tag rows in input order" in lf.group_by("g", maintain_order=True).len().explain()

@@ -35,7 +35,8 @@ from croupier.dag.tiers import fast_tier_failure
 from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr, conjoin, count, int_range, wrap
 from croupier.frame.reference import to_polars
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, mark_shared, walk
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Tagged, Union, mark_shared, walk
+from croupier.plan.partial import hidden_prefix
 from croupier.plan.optimize import optimize
 from croupier.dag.run import Run
 from croupier.plan.compile import Compiler, finish, preview_exchanges
@@ -190,13 +191,23 @@ def _stage_line(stage: Any) -> str:
 class GroupBy:
     """``frame.group_by(keys)``: call ``.agg(...)`` or ``.len()``."""
 
-    def __init__(self, frame: LazyFrame, keys: tuple[Expr, ...]) -> None:
-        self._frame, self._keys = frame, keys
+    def __init__(self, frame: LazyFrame, keys: tuple[Expr, ...], maintain_order: bool = False) -> None:
+        self._frame, self._keys, self._maintain_order = frame, keys, maintain_order
 
     def agg(self, *aggs: Any) -> LazyFrame:
         """Aggregations per group (sum, count, mean, min, max, n_unique, std, var, median,
-        null_count, len), or expressions over them such as ``col("a").sum() / col("b").sum()``."""
-        return self._frame._with(Aggregate(self._frame._node, self._keys, _exprs(aggs)))
+        null_count, len), or expressions over them such as ``col("a").sum() / col("b").sum()``.
+        With ``maintain_order``, the groups come in the order of their first rows in the input:
+        each row is tagged with its position, each group keeps its least, and the groups are
+        sorted on it (a range exchange when they are many)."""
+        node, exprs = self._frame._node, _exprs(aggs)
+        if not self._maintain_order or not self._keys:
+            return self._frame._with(Aggregate(node, self._keys, exprs))
+        plain = Aggregate(node, self._keys, exprs)  # (its checks, names and schema)
+        tag = hidden_prefix([*node.schema.names(), *plain.schema.names()], "__first")
+        grouped = Aggregate(Tagged(node, tag), self._keys, (*exprs, Col(tag).min().alias(tag)))
+        ordered = Sort(grouped, (Col(tag),), (False,))
+        return self._frame._with(Project(ordered, tuple(Col(c) for c in plain.schema.names())))
 
     def len(self, name: str | None = None) -> LazyFrame:
         """Rows per group, in a column ``name`` (default "len"), as Polars' ``group_by().len()``."""
@@ -267,8 +278,10 @@ class LazyFrame:
         if missing:
             raise ConfigError(f"{what}: no column {missing[0]!r}; the columns are {self.columns} (or pass strict=False)")
 
-    def group_by(self, *keys: Any) -> GroupBy:
-        return GroupBy(self, _exprs(keys))
+    def group_by(self, *keys: Any, maintain_order: bool = False) -> GroupBy:
+        """Groups by ``keys`` (names or expressions); ``maintain_order``: the groups in the order
+        of their first rows (Polars' meaning), else in any order."""
+        return GroupBy(self, _exprs(keys), maintain_order)
 
     def join(
         self,

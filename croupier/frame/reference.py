@@ -30,6 +30,7 @@ from croupier.plan.logical import (
     GroupingSets,
     Join,
     Limit,
+    Tagged,
     Node,
     Project,
     Scan,
@@ -97,6 +98,8 @@ class _Translator:
             return self.frame(node.input).tail(node.n) if node.from_end else self.frame(node.input).slice(node.offset, node.n)
         if isinstance(node, Distinct):
             return self.frame(node.input).unique(maintain_order=True)
+        if isinstance(node, Tagged):
+            return self.frame(node.input).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(node.name))
         if isinstance(node, Union):
             return pl.concat([self.frame(i) for i in node.inputs], how="vertical")
         if isinstance(node, Window):

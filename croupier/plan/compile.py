@@ -54,7 +54,7 @@ from croupier.errors import ConfigError, CroupierError
 from croupier.expr import Col, Expr
 from croupier.expr.analysis import selectivity
 from croupier.expr.nodes import Alias
-from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Union, Window, walk
+from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Tagged, Union, Window, walk
 from croupier.plan.optimize import passthrough
 from croupier.plan.partial import hidden_prefix
 from croupier.ops.partition import choose_frame_splitters
@@ -209,6 +209,12 @@ class Compiler:
             return Pipeline(ExchangeInput(stage, "partition"), list(lowered.final))
         stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), what)
         return Pipeline(ExchangeInput(stage, "all"), list(lowered.final))
+
+    def _tagged(self, node: Tagged) -> Pipeline:
+        """Each task tags its rows with their input position (:class:`TagRows`)."""
+        pipe = self.compile(node.input)
+        pipe.ops.append(TagRows(node.name))
+        return pipe
 
     def _distinct(self, node: Distinct) -> Pipeline:
         return self._aggregate(node.as_aggregate())
@@ -620,8 +626,9 @@ def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: An
 #: The column that carries each row's input position through a window's exchange.
 ROW_TAG = "__croupier_row"
 
-#: Nodes that keep their input's row order (Polars: filter, select/with_columns, over, slice, concat).
-ORDER_KEEPING = (Filter, Project, Window, Limit, Union)
+#: Nodes that keep their input's row order (Polars: filter, select/with_columns, over, slice,
+#: concat; and a row tag, whose tags are that order).
+ORDER_KEEPING = (Filter, Project, Window, Limit, Union, Tagged)
 
 
 def order_seen(root: Node) -> set[int]:
@@ -629,9 +636,10 @@ def order_seen(root: Node) -> set[int]:
     order-keeping node whose order shows, its inputs (a limit over a sort: the sort decides); a
     cross join's rows come in its left input's order (Polars pairs each left row with every right
     one), so its left input's order shows too (``x - x.mean()`` over a window's result lost the
-    window's order)."""
+    window's order); and a row tag's input order shows wherever the tag goes (a group_by with
+    maintain_order sorts its groups on it, after a window that scattered the rows)."""
     seen: set[int] = set()
-    stack = [root]
+    stack = [root, *(n for n in walk(root) if isinstance(n, Tagged))]
     while stack:
         node = stack.pop()
         if id(node) in seen:

@@ -522,4 +522,29 @@ class GroupingSets(Node):
         return f"grouping sets {sets}: {', '.join(a.show() for a in self.aggs)}"
 
 
-CORE_NODES = (Scan, Filter, Project, Aggregate, Join, Sort, Limit, Distinct, Union, Window)
+@dataclass(eq=False)
+class Tagged(Node):
+    """The input with a column ``name`` (Int64) that orders its rows as they come: increasing in
+    input order, not consecutive (each task's rows from ``task index << 40``). What keeps an
+    input order through an exchange: group_by(maintain_order=True) aggregates its minimum per
+    group and sorts the groups on it."""
+
+    input: Node
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name in self.input.schema:
+            raise ConfigError(f"a row tag needs a new column name, and {self.name!r} is taken")
+        self.schema = pl.Schema({**self.input.schema, self.name: pl.Int64})
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def with_children(self, children: tuple[Node, ...]) -> Node:
+        return Tagged(children[0], self.name)
+
+    def label(self) -> str:
+        return f"tag rows in input order ({self.name})"
+
+
+CORE_NODES = (Scan, Filter, Project, Aggregate, Join, Sort, Limit, Distinct, Union, Window, Tagged)
