@@ -1,6 +1,7 @@
 """Which rows a frame keeps, as Polars keeps them: ``tail`` (the last rows of the input's order,
 or of a sort's), ``unique`` (on a subset, keeping the first, last or none of each group, in
-input order or not), groups in the order of their first rows (``maintain_order``) and joins
+input order or not), each group's first and last values, groups in the order of their first
+rows (``maintain_order``) and joins
 whose null keys match (``nulls_equal``); on several files (one of them empty), so that every
 plan runs in several tasks."""
 
@@ -145,3 +146,17 @@ def test_group_by_maintain_order_gives_groups_in_the_order_of_their_first_rows(t
     windowed = lf.with_columns(col("i").rank("min").over("g").alias("__first")).group_by("k", maintain_order=True).len().collect()
     assert_same(windowed, pf.with_columns(pl.col("i").rank("min").over("g").alias("__first")).group_by("k", maintain_order=True).len().collect(), ordered=True)
     assert "tag rows in input order" in lf.group_by("g", maintain_order=True).len().explain()
+
+
+@pytest.mark.parametrize("algorithm, workers", [(None, None), ("direct", 4), ("2-level+wc", 4), ("3-level", 8)])
+def test_first_and_last_are_the_first_and_last_values_in_input_order(table: Path, config: Config, algorithm: str | None, workers: int | None) -> None:
+    """Every group has rows in every file, so its first and last values are in different tasks:
+    an exchange hands a consumer its rows in producer order, whatever the algorithm (these
+    aggregations do not split: each group's rows all reach its consumer). Nulls count (first of
+    a group whose first k is null is null), as in Polars."""
+    config = config.with_(algorithm=algorithm, workers=workers)
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    got = lf.group_by("g").agg(col("k").first(), col("i").last().alias("li"), col("k").last().alias("lk"), col("i").sum()).collect()
+    assert_same(got, pf.group_by("g").agg(pl.col("k").first(), pl.col("i").last().alias("li"), pl.col("k").last().alias("lk"), pl.col("i").sum()).collect())
+    whole = lf.filter(col("i") > 10).select(col("i").first(), col("k").last()).collect()
+    assert_same(whole, pf.filter(pl.col("i") > 10).select(pl.col("i").first(), pl.col("k").last()).collect())

@@ -47,7 +47,7 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
 FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
 #: Aggregations, by name; each is Polars' method of the same name (len: rows of the group).
-AGGREGATIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len", "std", "var", "null_count", "median", *AGG_BUILDERS)
+AGGREGATIONS = ("sum", "count", "mean", "min", "max", "n_unique", "len", "std", "var", "null_count", "median", "first", "last", *AGG_BUILDERS)
 RANK_METHODS = ("average", "min", "max", "dense", "ordinal")
 
 _DTYPES: dict[str, Any] = {
@@ -196,6 +196,8 @@ class Expr:
             raise ConfigError(f"quantile needs 0 <= quantile <= 1 and a Polars interpolation, got {quantile!r}, {interpolation!r}")
         return Agg("quantile", self, (float(quantile), interpolation))
     def len(self) -> Expr: return Agg("len", self)
+    def first(self) -> Expr: return Agg("first", self)
+    def last(self) -> Expr: return Agg("last", self)
     def std(self, ddof: int = 1) -> Expr: return Agg("std", self, (ddof,))
     def var(self, ddof: int = 1) -> Expr: return Agg("var", self, (ddof,))
 
