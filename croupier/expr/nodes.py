@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import polars as pl
 
@@ -323,6 +323,71 @@ class Col(Expr):
 
     def show(self) -> str:
         return f"col({self.name!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Columns(Expr):
+    """Several columns at once (``all()``, ``exclude(...)``, ``col("a", "b")``, ``col("*")``):
+    an expression over it stands for one expression per column, named by the column, as in
+    Polars. ``select``, ``with_columns`` and ``group_by().agg`` expand it against their input's
+    columns (:func:`expand`, an aggregation leaving the group keys out); nothing evaluates it."""
+
+    names: tuple[str, ...] | None  # None: every column
+    excluded: tuple[str, ...] = ()
+
+    def exclude(self, *names: Any) -> Columns:
+        """These columns without ``names``."""
+        return Columns(self.names, self.excluded + tuple(n for item in names for n in ([item] if isinstance(item, str) else item)))
+
+    def columns(self) -> set[str]:
+        return set(self.names or ())
+
+    def output_name(self) -> str:
+        raise ConfigError(f"{self.show()} stands for several columns: use it in select, with_columns or agg, which expand it")
+
+    def is_scalar(self) -> bool:
+        return False
+
+    def to_polars(self) -> pl.Expr:
+        raise ConfigError(f"{self.show()} stands for several columns: use it in select, with_columns or agg, which expand it")
+
+    def show(self) -> str:
+        shown = "all()" if self.names is None else "col(" + ", ".join(repr(n) for n in self.names) + ")"
+        return shown + (f".exclude({', '.join(repr(n) for n in self.excluded)})" if self.excluded else "")
+
+
+def expand(exprs: tuple[Expr, ...], schema: Iterable[str], skip: Iterable[str] = ()) -> tuple[Expr, ...]:
+    """``exprs`` with each expression over :class:`Columns` repeated once per column it stands for
+    (in the frame's column order; ``skip``: columns it never stands for, a group_by's keys), the
+    column in its place."""
+    from croupier.expr.analysis import transform, walk
+
+    names, left_out = list(schema), set(skip)
+    out: list[Expr] = []
+    for e in exprs:
+        leaves = [n for n in walk(e) if isinstance(n, Columns)]
+        if not leaves:
+            out.append(e)
+            continue
+        if len(leaves) > 1:
+            raise ConfigError(f"{e.show()}: one all()/exclude()/col(several) per expression")
+        leaf = leaves[0]
+        missing = [n for n in leaf.names or () if n not in names]
+        if missing:
+            raise ConfigError(f"{leaf.show()}: no column {missing[0]!r}; the columns are {names}")
+        chosen = [n for n in (leaf.names if leaf.names is not None else names) if n not in leaf.excluded and n not in left_out]
+        out += [transform(e, lambda x, c=c: Col(c) if x is leaf else x) for c in chosen]  # type: ignore[misc]
+    return tuple(out)
+
+
+def all_() -> Columns:
+    """Every column (Polars ``pl.all()``); ``.exclude(...)`` leaves some out."""
+    return Columns(None)
+
+
+def exclude(*names: Any) -> Columns:
+    """Every column but ``names`` (Polars ``pl.exclude``)."""
+    return Columns(None).exclude(*names)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -689,9 +754,16 @@ class ScalarFrame(Expr):
 # --- module-level constructors ---------------------------------------------------------------
 
 
-def col(name: str) -> Expr:
-    """The column ``name``."""
-    return Col(name)
+def col(name: str | Sequence[str], *more: str) -> Expr:
+    """The column ``name``; several (``col("a", "b")``, ``col(["a", "b"])``) or every one
+    (``col("*")``) as :class:`Columns`, which select, with_columns and agg expand."""
+    names = [name] if isinstance(name, str) else list(name)
+    names += list(more)
+    if names == ["*"]:
+        return Columns(None)
+    if len(names) == 1:
+        return Col(names[0])
+    return Columns(tuple(names))
 
 
 def lit(value: Any, dtype: Any = None) -> Expr:

@@ -33,7 +33,7 @@ from croupier.dag.scan import FORMATS, CsvOptions, ScanSpec, input_location, res
 from croupier.dag.stage import ExchangeSink, OutputSink, Sink, SinglePartitioning
 from croupier.dag.tiers import fast_tier_failure
 from croupier.errors import ConfigError, CroupierError
-from croupier.expr import Col, Expr, conjoin, count, int_range, wrap
+from croupier.expr import Col, Expr, conjoin, count, expand, int_range, wrap
 from croupier.frame.reference import to_polars
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Tagged, Union, mark_shared, walk
 from croupier.plan.partial import hidden_prefix
@@ -200,7 +200,8 @@ class GroupBy:
         With ``maintain_order``, the groups come in the order of their first rows in the input:
         each row is tagged with its position, each group keeps its least, and the groups are
         sorted on it (a range exchange when they are many)."""
-        node, exprs = self._frame._node, _exprs(aggs)
+        node = self._frame._node
+        exprs = expand(_exprs(aggs), node.schema.names(), [k.output_name() for k in self._keys])  # (all() leaves the keys out, as in Polars)
         if not self._maintain_order or not self._keys:
             return self._frame._with(Aggregate(node, self._keys, exprs))
         plain = Aggregate(node, self._keys, exprs)  # (its checks, names and schema)
@@ -246,11 +247,11 @@ class LazyFrame:
     def select(self, *exprs: Any) -> LazyFrame:
         """Exactly these columns. As in Polars, aggregations alone give one row; mixed with
         row-wise expressions they are repeated on every row."""
-        return self._with(Project(self._node, _exprs(exprs), "select"))
+        return self._with(Project(self._node, expand(_exprs(exprs), self.columns), "select"))
 
     def with_columns(self, *exprs: Any) -> LazyFrame:
         """Add or replace columns (an aggregation is repeated on every row)."""
-        return self._with(Project(self._node, _exprs(exprs), "with_columns"))
+        return self._with(Project(self._node, expand(_exprs(exprs), self.columns), "with_columns"))
 
     def rename(self, mapping: Mapping[str, str], strict: bool = True) -> LazyFrame:
         """Columns renamed by ``mapping`` (old -> new), in place; ``strict``: a name not in the
