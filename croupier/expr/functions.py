@@ -55,6 +55,15 @@ def _strpos(e: pl.Expr, sub: pl.Expr) -> pl.Expr:
     return pl.when(found.is_null()).then(missing).when(sub.str.len_bytes() == 0).then(pl.lit(1, pl.Int64)).when(found).then(before + 1).otherwise(pl.lit(0, pl.Int64))
 
 
+def _split_part(e: pl.Expr, sep: str, index: int) -> pl.Expr:
+    """DuckDB's ``split_part``: the ``index``-th part (1-based; negative from the end), '' past
+    either end or at 0; null for null."""
+    if index == 0:
+        return pl.when(e.is_not_null()).then(pl.lit(""))
+    part = e.str.split(sep).list.get(index - 1 if index > 0 else index, null_on_oob=True)
+    return pl.when(e.is_not_null()).then(part.fill_null(""))
+
+
 def _int_range(start: pl.Expr, end: pl.Expr, step: int, dtype: Any) -> pl.Expr:
     return pl.int_range(start, end, step, dtype=dtype)
 
@@ -71,6 +80,18 @@ FUNCTIONS: dict[str, Function] = {
     "sign": Function(ROW, lambda e: e.sign()),
     "pow": Function(ROW, lambda e, x: e.pow(x)),
     "is_nan": Function(ROW, lambda e: e.is_nan()),
+    "is_infinite": Function(ROW, lambda e: e.is_infinite()),
+    "sin": Function(ROW, lambda e: e.sin()),
+    "cos": Function(ROW, lambda e: e.cos()),
+    "tan": Function(ROW, lambda e: e.tan()),
+    "cot": Function(ROW, lambda e: e.cot()),
+    "arcsin": Function(ROW, lambda e: e.arcsin()),
+    "arccos": Function(ROW, lambda e: e.arccos()),
+    "arctan": Function(ROW, lambda e: e.arctan()),
+    "arctan2": Function(ROW, lambda y, x: pl.arctan2(y, x), method=False),
+    "degrees": Function(ROW, lambda e: e.degrees()),
+    "radians": Function(ROW, lambda e: e.radians()),
+    "cbrt": Function(ROW, lambda e: e.cbrt()),
     "fill_null": Function(ROW, lambda e, v: e.fill_null(v)),
     "eq_missing": Function(ROW, lambda a, b: a.eq_missing(b)),
     "fill_nan": Function(ROW, lambda e, v: e.fill_nan(v)),
@@ -96,6 +117,10 @@ FUNCTIONS: dict[str, Function] = {
     "strip_chars_end": Function(ROW, lambda e, chars=None: e.str.strip_chars_end(chars)),
     "replace_all": Function(ROW, lambda e, old, new, literal=True: e.str.replace_all(old, new, literal=literal)),
     "reverse": Function(ROW, lambda e: e.str.reverse()),
+    "regex_replace": Function(ROW, lambda e, pattern, value, every: e.str.replace_all(pattern, value) if every else e.str.replace(pattern, value, n=1)),
+    "regex_extract": Function(ROW, lambda e, pattern, group: pl.when(e.is_not_null()).then(e.str.extract(pattern, group).fill_null(""))),
+    "split_part": Function(ROW, lambda e, sep, index: _split_part(e, sep, index)),
+    "repeat": Function(ROW, lambda e, n: pl.concat_str([e] * n) if n > 0 else pl.when(e.is_not_null()).then(pl.lit(""))),
     "find": Function(ROW, lambda e, s: e.str.find(s, literal=True)),
     "head": Function(ROW, lambda e, n: e.str.head(n)),
     "tail": Function(ROW, lambda e, n: e.str.tail(n)),
@@ -113,6 +138,9 @@ FUNCTIONS: dict[str, Function] = {
     "truncate": Function(ROW, lambda e, every: e.dt.truncate(every)),
     "total_days": Function(ROW, lambda e: e.dt.total_days()),
     "strftime": Function(ROW, lambda e, fmt: e.dt.strftime(fmt)),
+    "month_end": Function(ROW, lambda e: e.dt.month_end()),
+    "epoch_seconds": Function(ROW, lambda e: e.cast(pl.Datetime("us")).dt.epoch("us").cast(pl.Float64) / 1e6),
+    "make_date": Function(ROW, lambda es: pl.date(*es), method=False, variadic=True),
     # depend on other rows: window functions
     "rank": Function(WINDOW, lambda e, method, descending: e.rank(method, descending=descending)),
     "cum_sum": Function(WINDOW, lambda e, reverse=False: e.cum_sum(reverse=reverse)),

@@ -342,6 +342,10 @@ def known_functions(tree: exp.Expr) -> exp.Expr:
         name, args = node.name.lower(), node.expressions
         if name == "mean" and len(args) == 1:
             return exp.Avg(this=args[0])
+        if name == "strlen" and len(args) == 1:  # bytes (length counts characters)
+            return exp.ByteLength(this=args[0])
+        if name in ("prefix", "suffix") and len(args) == 2:
+            return (exp.StartsWith if name == "prefix" else exp.EndsWith)(this=args[0], expression=args[1])
         if name in ("date_part", "datepart") and len(args) == 2 and isinstance(args[0], exp.Literal) and args[0].is_string:
             return exp.Extract(this=exp.var(args[0].this.upper()), expression=args[1])
         return node
@@ -458,6 +462,8 @@ class _Namer:
             return f"{self._function(e)}('{e.args['unit'].name.lower()}', {self(e.this)})"
         if isinstance(e, exp.Func):
             args = [a for a in e.args.values() if isinstance(a, exp.Expr)] + [a for v in e.args.values() if isinstance(v, list) for a in v]
+            if "start" in e.meta:  # a default the parser filled in (regexp_extract's group 0) was not written
+                args = [a for a in args if not (isinstance(a, exp.Literal) and "start" not in a.meta)]
             name = self._function(e)
             if name in _ONE_OPERAND and isinstance(e, exp.Log) and e.expression is not None:
                 args = [e.expression]

@@ -283,7 +283,7 @@ class QueryTranslator:
         distinct = sel.args.get("distinct")
         on = distinct.args.get("on") if distinct is not None else None
         on_keys = [Col(self._named(ordering(e), names, outputs, hidden)) for e in on.expressions] if on is not None else []
-        node: Node = self._qualified(Project(rel.node, tuple(exprs + hidden), "select"), sel.args.get("qualify"), ordering)
+        node: Node = self._qualified(_per_row(rel.node, tuple(exprs + hidden)), sel.args.get("qualify"), ordering)
         if on is not None:
             node = _first_per_key(node, on_keys, keys, desc, nulls_last, self.names.fresh("rn"))
         elif distinct is not None:
@@ -511,6 +511,16 @@ class QueryTranslator:
 
 def _fail(message: str) -> str:
     raise ConfigError(f"SQL: {message}")
+
+
+def _per_row(node: Node, exprs: tuple[Expr, ...]) -> Node:
+    """SQL's select list over ``node``: one row per row of ``node``. Polars' select of constants
+    only (``SELECT 1 FROM t``, a scalar subquery) gives one row, and one per task where each
+    task selects: they are added to the rows (with_columns repeats them), then selected."""
+    if not exprs or not all(e.is_scalar() and not e.has_agg() for e in exprs):
+        return Project(node, exprs, "select")
+    added = Project(node, exprs, "with_columns")
+    return Project(added, tuple(Col(e.output_name()) for e in exprs), "select")
 
 
 def _first_per_key(node: Node, on: list[Expr], keys: list[Expr], desc: list[bool], nulls_last: list[bool], rn: str) -> Node:

@@ -28,7 +28,7 @@ import polars as pl
 from sqlglot import exp
 
 from croupier.errors import ConfigError
-from croupier.expr import Expr, Func, when
+from croupier.expr import Expr, Func, lit, when
 from croupier.sql.parse import sql_text
 
 if TYPE_CHECKING:
@@ -177,6 +177,50 @@ def null_safe_eq(t: ExprTranslator, e: exp.Binary) -> Expr:
     return Func("eq_missing", (a, b), ())
 
 
+def _double(fn: str) -> Callable[[ExprTranslator, exp.Expr], Expr]:
+    """A function of one number, computed on doubles (DuckDB's DOUBLE result)."""
+    return lambda t, e: Func(fn, (t(e.this).cast(pl.Float64),), ())
+
+
+def regexp_replace(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``regexp_replace(s, pattern, replacement[, 'g'])``: the first match replaced, every one with
+    the 'g' option; ``\\1`` in the replacement is the first group (Polars writes ``${1}``)."""
+    pattern = constant(e.expression, str, "the pattern", e)
+    value = constant(e.args.get("replacement"), str, "the replacement", e)
+    options = constant(e.args["modifiers"], str, "the options", e) if e.args.get("modifiers") is not None else ""
+    if set(options) - {"g"}:
+        raise ConfigError(f"SQL: {sql_text(e)}: regexp_replace options {options!r} are not supported (none, or 'g', are)")
+    value = re.sub(r"\\(\d)", r"${\1}", value.replace("$", "$$"))
+    return Func("regex_replace", (t(e.this),), (pattern, value, "g" in options))
+
+
+def regexp_extract(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``regexp_extract(s, pattern[, group])``: the group (0: the whole match), '' without a match."""
+    pattern = constant(e.expression, str, "the pattern", e)
+    group = int(constant(e.args["group"], int, "the group", e)) if e.args.get("group") is not None else 0
+    return Func("regex_extract", (t(e.this),), (pattern, group))
+
+
+def split_part(t: ExprTranslator, e: exp.Expr) -> Expr:
+    sep = constant(e.args.get("delimiter"), str, "the separator", e)
+    if sep == "":
+        raise ConfigError(f"SQL: {sql_text(e)}: split_part on an empty separator is not supported")
+    return Func("split_part", (t(e.this),), (sep, int(constant(e.args.get("part_index"), int, "the part", e))))
+
+
+def concat_ws(t: ExprTranslator, e: exp.Expr) -> Expr:
+    """``concat_ws(sep, a, b, ...)``: the non-null ones joined by ``sep`` ('' when none is)."""
+    sep, *parts = e.expressions
+    return Func("concat_str", tuple(t(p) for p in parts), (constant(sep, str, "the separator", e), True))
+
+
+def make_date(t: ExprTranslator, e: exp.Expr) -> Expr:
+    parts = [e.args.get(k) for k in ("year", "month", "day")]
+    if any(p is None for p in parts):
+        raise ConfigError(f"SQL: {sql_text(e)}: make_date needs a year, a month and a day")
+    return Func("make_date", tuple(t(p) for p in parts), ())
+
+
 HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.DayOfWeek: _part("weekday", 7),
     exp.DayOfWeekIso: _part("weekday"),
@@ -206,5 +250,31 @@ HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.Reverse: lambda t, e: Func("reverse", (t(e.this),), ()),
     exp.Trunc: trunc,
     exp.NullSafeEQ: null_safe_eq,
+    exp.Sin: _double("sin"),
+    exp.Cos: _double("cos"),
+    exp.Tan: _double("tan"),
+    exp.Cot: _double("cot"),
+    exp.Asin: _double("arcsin"),
+    exp.Acos: _double("arccos"),
+    exp.Atan: _double("arctan"),
+    exp.Atan2: lambda t, e: Func("arctan2", (t(e.this).cast(pl.Float64), t(e.expression).cast(pl.Float64)), ()),
+    exp.Degrees: _double("degrees"),
+    exp.Radians: _double("radians"),
+    exp.Cbrt: _double("cbrt"),
+    exp.Pi: lambda t, e: lit(math.pi),
+    exp.IsNan: _double("is_nan"),
+    exp.IsInf: _double("is_infinite"),
+    exp.RegexpReplace: regexp_replace,
+    exp.RegexpExtract: regexp_extract,
+    exp.SplitPart: split_part,
+    exp.Repeat: lambda t, e: Func("repeat", (t(e.this),), (max(0, int(constant(e.args.get("times"), int, "the count", e))),)),
+    exp.ConcatWs: concat_ws,
+    exp.ByteLength: lambda t, e: Func("len_bytes", (t(e.this),), ()).cast(pl.Int64),
+    exp.BitLength: lambda t, e: (Func("len_bytes", (t(e.this),), ()).cast(pl.Int64) * 8),
+    exp.LastDay: lambda t, e: Func("month_end", (t(e.this),), ()),
+    exp.Dayname: lambda t, e: Func("strftime", (t(e.this),), ("%A",)),
+    exp.Monthname: lambda t, e: Func("strftime", (t(e.this),), ("%B",)),
+    exp.DateFromParts: make_date,
+    exp.TimeToUnix: lambda t, e: Func("epoch_seconds", (t(e.this),), ()),
     exp.NullSafeNEQ: lambda t, e: ~null_safe_eq(t, e),
 }
