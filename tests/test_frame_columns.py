@@ -56,3 +56,13 @@ def test_several_columns_where_they_cannot_expand_fail_clearly(frames: tuple[cf.
         lf.filter(cf.all() > 0)
     with pytest.raises(ConfigError, match="one all"):
         lf.select(cf.all() + cf.exclude("s"))
+
+
+def test_a_select_of_constants_is_one_row_whatever_the_input(frames: tuple[cf.LazyFrame, pl.LazyFrame]) -> None:
+    """Polars' select of constants alone gives one row (not one per task), on an empty input too;
+    beside an aggregation too; with_columns repeats them on every row."""
+    lf, pf = frames
+    assert_same(lf.select(cf.lit(1), cf.lit("x").alias("t")).collect(), pf.select(pl.lit(1), pl.lit("x").alias("t")).collect())
+    assert_same(lf.filter(cf.col("y") < 0).select(cf.lit(2.5).alias("c")).collect(), pf.filter(pl.col("y") < 0).select(pl.lit(2.5).alias("c")).collect())
+    assert_same(lf.select(cf.lit(1), cf.col("y").sum()).collect(), pf.select(pl.lit(1), pl.col("y").sum()).collect())
+    assert_same(lf.with_columns(cf.lit(7).alias("c")).select("c").collect(), pf.with_columns(pl.lit(7).alias("c")).select("c").collect())

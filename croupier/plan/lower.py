@@ -70,6 +70,7 @@ from croupier.plan.logical import (
     Filter,
     GroupingSets,
     Join,
+    Limit,
     Node,
     Project,
     SetOperation,
@@ -137,6 +138,10 @@ class _Lowering:
         return self.memo[key]
 
     def rewrite(self, n: Node, schema: pl.Schema) -> Node:
+        constants = isinstance(n, Project) and n.kind == "select" and n.exprs and all(e.is_scalar() and not e.has_agg() and not _needs_lowering(e) for e in n.exprs)
+        if constants and not isinstance(n.input, Limit):
+            # constants only: one row whatever the input holds (Polars), not one per task
+            return Project(Limit(n.input, 0), n.exprs, "select")  # type: ignore[union-attr]
         if isinstance(n, Project) and any(_needs_lowering(e) for e in n.exprs):
             return self.project(n.input, n.exprs, n.kind, schema)
         if isinstance(n, Filter) and _needs_lowering(n.predicate):
