@@ -48,6 +48,13 @@ def test_all_in_an_aggregation_leaves_the_keys_out(frames: tuple[cf.LazyFrame, p
     assert_same(got, pf.group_by("g", "s").agg(pl.all().exclude("y").sum(), pl.col("y").mean().alias("my")).collect())
 
 
+def test_several_columns_as_the_operands_of_a_function_of_many(frames: tuple[cf.LazyFrame, pl.LazyFrame]) -> None:
+    """``sum_horizontal(all())`` is one column over them all (named by the first), not one each."""
+    lf, pf = frames
+    assert_same(lf.select(cf.sum_horizontal(cf.exclude("s"))).collect(), pf.select(pl.sum_horizontal(pl.exclude("s"))).collect(), ordered=True)
+    assert_same(lf.select(cf.max_horizontal(cf.col("x", "y")).alias("m"), cf.coalesce(cf.col("x", "y"))).collect(), pf.select(pl.max_horizontal(pl.col("x", "y")).alias("m"), pl.coalesce(pl.col("x", "y"))).collect(), ordered=True)
+
+
 def test_several_columns_where_they_cannot_expand_fail_clearly(frames: tuple[cf.LazyFrame, pl.LazyFrame]) -> None:
     lf, _ = frames
     with pytest.raises(ConfigError, match="no column 'nope'"):
@@ -56,6 +63,8 @@ def test_several_columns_where_they_cannot_expand_fail_clearly(frames: tuple[cf.
         lf.filter(cf.all() > 0)
     with pytest.raises(ConfigError, match="one all"):
         lf.select(cf.all() + cf.exclude("s"))
+    with pytest.raises(ConfigError, match="unique"):  # named columns are not keys left out: "g" twice, as Polars refuses
+        lf.group_by("g").agg(cf.col("g", "x").sum())
 
 
 def test_a_select_of_constants_is_one_row_whatever_the_input(frames: tuple[cf.LazyFrame, pl.LazyFrame]) -> None:

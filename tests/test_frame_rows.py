@@ -160,3 +160,15 @@ def test_first_and_last_are_the_first_and_last_values_in_input_order(table: Path
     assert_same(got, pf.group_by("g").agg(pl.col("k").first(), pl.col("i").last().alias("li"), pl.col("k").last().alias("lk"), pl.col("i").sum()).collect())
     whole = lf.filter(col("i") > 10).select(col("i").first(), col("k").last()).collect()
     assert_same(whole, pf.filter(pl.col("i") > 10).select(pl.col("i").first(), pl.col("k").last()).collect())
+
+
+def test_rows_picked_by_their_order_after_a_window_that_scattered_them(table: Path, config: Config) -> None:
+    """A window's hash exchange hands on rows in its partitions' order; first/last, tail,
+    unique(keep=...) and a running window above it pick rows by the input order, so the window
+    sorts its rows back first (as it does when the result's order shows)."""
+    lf, pf = cf.scan_parquet(table, config=config), _polars(table)
+    lw, pw = lf.with_columns(col("i").sum().over("g").alias("s")), pf.with_columns(pl.col("i").sum().over("g").alias("s"))
+    assert_same(lw.group_by("k").agg(col("i").first(), col("s").last()).collect(), pw.group_by("k").agg(pl.col("i").first(), pl.col("s").last()).collect())
+    assert_same(lw.tail(40).select(col("i").sum()).collect(), pw.tail(40).select(pl.col("i").sum()).collect())
+    assert_same(lw.unique("k", keep="last").group_by("k").agg(col("i").sum()).collect(), pw.unique("k", keep="last").group_by("k").agg(pl.col("i").sum()).collect())
+    assert_same(lw.with_columns(col("i").cum_sum().over("k").alias("c")).group_by("k").agg(col("c").max()).collect(), pw.with_columns(pl.col("i").cum_sum().over("k").alias("c")).group_by("k").agg(pl.col("c").max()).collect())

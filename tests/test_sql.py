@@ -323,9 +323,9 @@ def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
         # strings: positions 1-based (0: absent; NULL of NULL), pads cut to the length, reversal
         "SELECT id, strpos(s, 'pp'), instr(s, 'a'), position('r' IN s), strpos(s, ''), strpos(g, 'g'), lpad(s, 9, '*'), rpad(s, 3, '-'), lpad(g, 0, 'x'), reverse(s), strpos('héllo wörld', 'ö'), lpad('héllo', 8, 'ü') FROM t ORDER BY id",
         # regular expressions (the first match, or every one with 'g'; groups), parts, repeats, bytes
-        "SELECT id, regexp_replace(s, '[ap]', '#'), regexp_replace(s, '[ap]', '#', 'g'), regexp_replace(s, '(r)(a)', '\\2\\1$'), regexp_extract(s, 'r(.)', 1), regexp_extract(s, 'zz'), split_part(s, 'r', 2), split_part(s, 'r', -1), split_part(s, 'r', 7), concat_ws('-', g, s, k), repeat(g, 2), repeat(g, 0), strlen('héllo'), strlen(s), bit_length(g), prefix(s, ' a'), suffix(s, '3 ') FROM t ORDER BY id",
+        "SELECT id, regexp_replace(s, '[ap]', '#'), regexp_replace(s, '[ap]', '#', 'g'), regexp_replace(s, '(r)(a)', '\\2\\1$'), regexp_replace(s, 'p', '<\\\\>'), regexp_replace(s, 'pp', '\\0\\0', 'g'), regexp_extract(s, 'r(.)', 1), regexp_extract(s, 'zz'), split_part(s, 'r', 2), split_part(s, 'r', -1), split_part(s, 'r', 7), concat_ws('-', g, s, k), repeat(g, 2), repeat(g, 0), strlen('héllo'), strlen(s), bit_length(g), prefix(s, ' a'), suffix(s, '3 ') FROM t ORDER BY id",
         # numbers and dates: trigonometry on doubles, NaN and infinity, month ends, day and month names, seconds since 1970
-        "SELECT id, sin(x), cos(q), atan2(x, q), degrees(x), radians(q), cbrt(q), pi(), isnan(x / x), isinf(x / 0), isnan(q), last_day(d), dayname(d), monthname(d), make_date(2000, k + 1, 28), epoch(d) FROM t ORDER BY id",
+        "SELECT id, sin(x), cos(q), atan2(x, q), degrees(x), radians(q), cbrt(q), pi(), isnan(x / x), isinf(x / 0), isnan(q), last_day(d), dayname(d), monthname(d), make_date(2000, k + 1, 28), epoch(d), last_day(CAST(d AS TIMESTAMP)), strftime(d, '%Y'), power(q * q, 0.5) FROM t ORDER BY id",
         # constants only: one row per row, as every select list
         "SELECT 1, 'x' AS tag FROM t WHERE q > 20",
         "SELECT 7 AS seven FROM t GROUP BY g",

@@ -358,13 +358,29 @@ class Columns(Expr):
 
 def expand(exprs: tuple[Expr, ...], schema: Iterable[str], skip: Iterable[str] = ()) -> tuple[Expr, ...]:
     """``exprs`` with each expression over :class:`Columns` repeated once per column it stands for
-    (in the frame's column order; ``skip``: columns it never stands for, a group_by's keys), the
-    column in its place."""
+    (in the frame's column order; ``skip``: columns ``all()``/``exclude()`` never stand for, a
+    group_by's keys, as in Polars), the column in its place; as the operands of a function of
+    many (``sum_horizontal(all())``, ``concat_str``, ``coalesce``) it stands for them all."""
     from croupier.expr.analysis import transform, walk
 
     names, left_out = list(schema), set(skip)
+
+    def chosen(leaf: Columns) -> list[str]:
+        missing = [n for n in leaf.names or () if n not in names]
+        if missing:
+            raise ConfigError(f"{leaf.show()}: no column {missing[0]!r}; the columns are {names}")
+        if leaf.names is not None:
+            return [n for n in leaf.names if n not in leaf.excluded]
+        return [n for n in names if n not in leaf.excluded and n not in left_out]
+
+    def spread(e: Expr) -> Expr:
+        if isinstance(e, Func) and FUNCTIONS[e.fn].variadic and any(isinstance(o, Columns) for o in e.operands):
+            return Func(e.fn, tuple(c for o in e.operands for c in ([Col(n) for n in chosen(o)] if isinstance(o, Columns) else [o])), e.args)
+        return e
+
     out: list[Expr] = []
     for e in exprs:
+        e = transform(e, spread)
         leaves = [n for n in walk(e) if isinstance(n, Columns)]
         if not leaves:
             out.append(e)
@@ -372,11 +388,7 @@ def expand(exprs: tuple[Expr, ...], schema: Iterable[str], skip: Iterable[str] =
         if len(leaves) > 1:
             raise ConfigError(f"{e.show()}: one all()/exclude()/col(several) per expression")
         leaf = leaves[0]
-        missing = [n for n in leaf.names or () if n not in names]
-        if missing:
-            raise ConfigError(f"{leaf.show()}: no column {missing[0]!r}; the columns are {names}")
-        chosen = [n for n in (leaf.names if leaf.names is not None else names) if n not in leaf.excluded and n not in left_out]
-        out += [transform(e, lambda x, c=c: Col(c) if x is leaf else x) for c in chosen]  # type: ignore[misc]
+        out += [transform(e, lambda x, c=c: Col(c) if x is leaf else x) for c in chosen(leaf)]  # type: ignore[misc]
     return tuple(out)
 
 

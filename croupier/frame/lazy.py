@@ -196,7 +196,9 @@ class GroupBy:
 
     def agg(self, *aggs: Any) -> LazyFrame:
         """Aggregations per group (sum, count, mean, min, max, n_unique, std, var, median,
-        null_count, len), or expressions over them such as ``col("a").sum() / col("b").sum()``.
+        null_count, len, first, last), or expressions over them such as
+        ``col("a").sum() / col("b").sum()``; ``all()``/``exclude()`` stand for every column but
+        the keys.
         With ``maintain_order``, the groups come in the order of their first rows in the input:
         each row is tagged with its position, each group keeps its least, and the groups are
         sorted on it (a range exchange when they are many)."""

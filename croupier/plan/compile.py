@@ -636,10 +636,12 @@ def order_seen(root: Node) -> set[int]:
     order-keeping node whose order shows, its inputs (a limit over a sort: the sort decides); a
     cross join's rows come in its left input's order (Polars pairs each left row with every right
     one), so its left input's order shows too (``x - x.mean()`` over a window's result lost the
-    window's order); and a row tag's input order shows wherever the tag goes (a group_by with
-    maintain_order sorts its groups on it, after a window that scattered the rows)."""
+    window's order); and the input order of a node that picks rows or values by it shows
+    whatever becomes of the node's own order (:func:`reads_order`: a row tag, a head or tail,
+    first/last, a running or positional window function), as a window below it would otherwise
+    hand it rows in its partitions' order."""
     seen: set[int] = set()
-    stack = [root, *(n for n in walk(root) if isinstance(n, Tagged))]
+    stack = [root, *(child for n in walk(root) if reads_order(n) for child in n.children())]
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -650,6 +652,37 @@ def order_seen(root: Node) -> set[int]:
         elif isinstance(node, Join) and node.how == "cross":
             stack.append(node.left)
     return seen
+
+
+#: Window functions whose value depends on the rows' order (beside first/last aggregations).
+ORDER_FUNCTIONS = frozenset({"cum_sum", "cum_count", "cum_min", "cum_max", "forward_fill", "rolling_sum", "rolling_mean", "rolling_min", "rolling_max", "shift", "int_range"})
+
+
+def reads_order(node: Node) -> bool:
+    """Whether ``node``'s answer depends on the order of its input's rows: a row tag, a head or
+    tail (not of a sort, which decides), an aggregation taking first/last values, a window
+    without order keys computing a running or positional function (or first/last, or an
+    ordinal rank)."""
+    if isinstance(node, Tagged):
+        return True
+    if isinstance(node, Limit):
+        return not isinstance(node.input, Sort)
+    if isinstance(node, Aggregate):
+        return any(_positional(e) for e in node.aggs)
+    if isinstance(node, Window):
+        return not node.order_by and any(_positional(e) for e in node.exprs)
+    return False
+
+
+def _positional(expr: Expr) -> bool:
+    from croupier.expr import Agg, Func, walk as walk_expr
+
+    for e in walk_expr(expr):
+        if isinstance(e, Agg) and e.fn in ("first", "last"):
+            return True
+        if isinstance(e, Func) and (e.fn in ORDER_FUNCTIONS or (e.fn == "rank" and e.args and e.args[0] == "ordinal")):
+            return True
+    return False
 
 
 def _filters_groups(node: Node) -> bool:

@@ -22,8 +22,7 @@ only (:func:`croupier.plan.lower.lower`); they are what physical planning must r
 ``Join``        ``left.join(right, left_on, right_on, how, suffix, coalesce)`` for ``how`` in
                 inner, left, right, full, semi, anti, and ``left.join(right, how="cross")``.
                 Keys are column names of types Polars joins (equal, or integers of
-                any width); a null key matches nothing (Polars'
-                ``nulls_equal=False``)
+                any width); a null key matches nothing, or, ``nulls_equal``, a null key
 ``Sort``        ``input.sort(by, descending, nulls_last, maintain_order=True)``; ``nulls_last``
                 is one flag or one per key
 ``Limit``       ``input.slice(offset, n)`` (``head(n)`` when offset is 0; ``tail(n)`` from the end)
@@ -32,6 +31,8 @@ only (:func:`croupier.plan.lower.lower`); they are what physical planning must r
 ``Window``      ``input.with_columns([e.over(partition_by, order_by=order_by, descending,
                 nulls_last) for e in exprs])``; without partition keys the whole frame is one
                 partition (``e.over(order_by=...)``, or just ``e`` without order keys)
+``Tagged``      ``input.with_columns(pl.int_range(pl.len()).alias(name))``: a column that
+                orders the rows as they come (the engine's values are not consecutive)
 =============  ===========================================================================
 
 Other nodes (``SetOperation``, ``GroupingSets``) and expressions outside a node's contract

@@ -6,7 +6,8 @@ names, column order):
 
 1. **Aggregations over the whole frame in** ``select`` / ``with_columns`` / ``filter``.
    ``select`` of scalars only (aggregations, literals, scalar subqueries: Polars gives one row)
-   becomes ``Aggregate(keys=())`` followed by a ``select`` over its one row. Anywhere else an
+   becomes ``Aggregate(keys=())`` followed by a ``select`` over its one row (of literals only:
+   a ``select`` over ``Limit(input, 0)``, which one task gathers). Anywhere else an
    aggregation is broadcast to the frame's height: ``Aggregate(keys=())`` of the distinct
    aggregations, cross-joined back onto the rows (the input is one shared node, read twice),
    then the expressions read the aggregated columns::

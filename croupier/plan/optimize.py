@@ -33,6 +33,7 @@ from croupier.plan.logical import (
     Project,
     Scan,
     Sort,
+    Tagged,
     Union,
     Window,
     walk,
@@ -140,6 +141,9 @@ class _Predicates:
             return self._join(node, preds)
         if isinstance(node, Limit):
             return _wrap(Limit(self.push(node.input, []), node.n, node.offset, node.from_end), preds)
+        if isinstance(node, Tagged):  # a filter below keeps the kept rows' relative order: the tags still order them
+            down, keep = self._split(preds, set(node.input.schema))
+            return _wrap(Tagged(self.push(node.input, down), node.name), keep)
         return _wrap(node.with_children(tuple(self.push(c, []) for c in node.children())), preds)
 
     def _join(self, node: Join, preds: list[Expr]) -> Node:
@@ -221,6 +225,8 @@ class _Projections:
             return [needed | set().union(*(e.columns() for e in node.by))]
         if isinstance(node, Limit):
             return [set(needed)]
+        if isinstance(node, Tagged):
+            return [(needed - {node.name}) or {cheapest_column(node.input.schema)}]
         if isinstance(node, Distinct):
             return [set(node.input.schema)]
         if isinstance(node, Union):

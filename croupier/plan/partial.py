@@ -18,7 +18,8 @@ With no keys the final ``Aggregate`` has no keys, so it yields exactly one row e
 partial rows reach it (empty input): sums 0, counts 0, mean/min/max null, like Polars.
 
 Aggregations that do not split (n_unique, median, quantile, std, var, arg_max/arg_min, string_agg,
-list, and mean of non-numeric types) make
+list, first/last — whose group's rows reach the final step in input order — and mean of
+non-numeric types) make
 the whole node run unsplit: ``partial`` is None and ``final`` aggregates the pre-projected rows
 after the exchange.
 """

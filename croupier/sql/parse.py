@@ -462,8 +462,9 @@ class _Namer:
             return f"{self._function(e)}('{e.args['unit'].name.lower()}', {self(e.this)})"
         if isinstance(e, exp.Func):
             args = [a for a in e.args.values() if isinstance(a, exp.Expr)] + [a for v in e.args.values() if isinstance(v, list) for a in v]
-            if "start" in e.meta:  # a default the parser filled in (regexp_extract's group 0) was not written
-                args = [a for a in args if not (isinstance(a, exp.Literal) and "start" not in a.meta)]
+            group = e.args.get("group") if isinstance(e, exp.RegexpExtract) else None
+            if group is not None and "start" in e.meta and "start" not in group.meta:  # the parser's default group 0, not written
+                args = [a for a in args if a is not group]
             name = self._function(e)
             if name in _ONE_OPERAND and isinstance(e, exp.Log) and e.expression is not None:
                 args = [e.expression]

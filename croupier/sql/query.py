@@ -515,8 +515,8 @@ def _fail(message: str) -> str:
 
 def _per_row(node: Node, exprs: tuple[Expr, ...]) -> Node:
     """SQL's select list over ``node``: one row per row of ``node``. Polars' select of constants
-    only (``SELECT 1 FROM t``, a scalar subquery) gives one row, and one per task where each
-    task selects: they are added to the rows (with_columns repeats them), then selected."""
+    only (``SELECT 1 FROM t``, a scalar subquery) gives one row: they are added to the rows
+    (with_columns repeats them), then selected."""
     if not exprs or not all(e.is_scalar() and not e.has_agg() for e in exprs):
         return Project(node, exprs, "select")
     added = Project(node, exprs, "with_columns")

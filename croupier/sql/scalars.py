@@ -182,6 +182,14 @@ def _double(fn: str) -> Callable[[ExprTranslator, exp.Expr], Expr]:
     return lambda t, e: Func(fn, (t(e.this).cast(pl.Float64),), ())
 
 
+def _group_reference(m: re.Match[str]) -> str:
+    """A DuckDB (RE2) replacement's escape in Polars' spelling: group ``\\1`` is ``${1}``, ``\\\\``
+    a backslash, ``$`` itself ``$$``."""
+    if m.group(0) == "$":
+        return "$$"
+    return "\\" if m.group(1) == "\\" else "${" + m.group(1) + "}"
+
+
 def regexp_replace(t: ExprTranslator, e: exp.Expr) -> Expr:
     """``regexp_replace(s, pattern, replacement[, 'g'])``: the first match replaced, every one with
     the 'g' option; ``\\1`` in the replacement is the first group (Polars writes ``${1}``)."""
@@ -190,7 +198,7 @@ def regexp_replace(t: ExprTranslator, e: exp.Expr) -> Expr:
     options = constant(e.args["modifiers"], str, "the options", e) if e.args.get("modifiers") is not None else ""
     if set(options) - {"g"}:
         raise ConfigError(f"SQL: {sql_text(e)}: regexp_replace options {options!r} are not supported (none, or 'g', are)")
-    value = re.sub(r"\\(\d)", r"${\1}", value.replace("$", "$$"))
+    value = re.sub(r"\\(\d|\\)|\$", _group_reference, value)
     return Func("regex_replace", (t(e.this),), (pattern, value, "g" in options))
 
 
@@ -271,7 +279,7 @@ HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.ConcatWs: concat_ws,
     exp.ByteLength: lambda t, e: Func("len_bytes", (t(e.this),), ()).cast(pl.Int64),
     exp.BitLength: lambda t, e: (Func("len_bytes", (t(e.this),), ()).cast(pl.Int64) * 8),
-    exp.LastDay: lambda t, e: Func("month_end", (t(e.this),), ()),
+    exp.LastDay: lambda t, e: Func("month_end", (t(e.this).cast(pl.Date),), ()),
     exp.Dayname: lambda t, e: Func("strftime", (t(e.this),), ("%A",)),
     exp.Monthname: lambda t, e: Func("strftime", (t(e.this),), ("%B",)),
     exp.DateFromParts: make_date,
