@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -335,29 +334,18 @@ def _query_jobs(table: str, snappy: str, dim: str, out: str, c: int) -> list[Job
     return jobs
 
 
-def _stage_names(stage: Stage) -> set[str]:
-    """Names of ``stage`` and of every stage it reads from."""
-    return {stage.name}.union(*(_stage_names(i.stage) for i in stage.inputs()))
-
-
-def _sourced(observation: Observation, jobs: list[Job]) -> Observation:
-    """``observation`` with its source named after the one job of ``jobs`` that ran its stage (or
-    a batch the runner added after it: "<stage> level 2", a hybrid exchange's "<stage> round
-    1/2"); as it came (the run's jobs together) if none did."""
-    parts = {re.split(" level | round | combine ", part)[0] for part in observation.facts.name.split("+")}
-    job = next((j for j in jobs if parts & set().union(*(_stage_names(s) for s in j.stages))), None)
-    return observation if job is None else replace(observation, source=f"calibration:{job.name}")
-
-
 def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, seed: int = 7, together: bool = False) -> list[Observation]:
     """Run the standard workload under ``url`` (which it leaves for the caller to delete); return
     every stage it ran as an observation.
 
-    The jobs run in as few runs as their forced plans allow (those that generate the inputs, then
-    those that read them; a run's set-up, lease, listings and deletes took about 45 ms on S3),
-    each job alone (``run_job(in_turn=True)``: its stages' times are its own), unless
-    ``together``: then their stages run at once, sharing the functions. That is for a warm-up,
-    whose times are dropped."""
+    Each job runs alone (one final stage: its stages' times are its own), unless ``together``:
+    then the jobs run in as few runs as their forced plans allow (those that generate the inputs,
+    then those that read them), their stages at once, sharing the functions. That is for a warm-up,
+    whose times are dropped: on S3 its 18 runs one after the other took 2.1-3 s, about 0.7 s of
+    it outside their stages (each run's set-up, lease, listings and deletes). (Measured passes
+    whose jobs ran one after the other in a few shared runs priced a local 95 MiB sort at twice
+    what one run per job did, 0.36 s against 0.18 s, medians of 3 calibrations each, where it
+    takes about 0.25 s; left out.)"""
     from croupier.dag.runner import run_job
 
     c = config.concurrency
@@ -366,19 +354,23 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
     observations: list[Observation] = []
     pending: list[Job] = []
 
+    def run(job: Job) -> None:
+        pending.append(job)
+        if not together:
+            flush()
+
     def flush() -> None:
         runs: dict[tuple[int | None, str | None], list[Job]] = {}
         for job in pending:
             runs.setdefault((job.workers, job.algorithm), []).append(job)
         pending.clear()
         for (workers, algorithm), jobs in runs.items():
-            result = run_job([s for job in jobs for s in job.stages], base.with_(workers=workers, algorithm=algorithm), executor, in_turn=not together)
-            found = observations_from_report(result.report, c, "calibration:" + "+".join(job.name for job in jobs))
-            observations.extend(found if together else [_sourced(o, jobs) for o in found])
+            result = run_job([s for job in jobs for s in job.stages], base.with_(workers=workers, algorithm=algorithm), executor)
+            observations.extend(observations_from_report(result.report, c, "calibration:" + "+".join(job.name for job in jobs)))
 
     n, parts = sizes.records, sizes.parts
-    pending.append(Job("gensort", (_generate("gen-gensort", n, parts, seed, OutputSink(f"{url}/in-gensort", "records-gensort", "cal")),)))
-    pending.append(Job("records-parquet", (_generate("gen-parquet", n, parts, seed + 1, OutputSink(f"{url}/in-parquet", "records-parquet", "cal")),)))
+    run(Job("gensort", (_generate("gen-gensort", n, parts, seed, OutputSink(f"{url}/in-gensort", "records-gensort", "cal")),)))
+    run(Job("records-parquet", (_generate("gen-parquet", n, parts, seed + 1, OutputSink(f"{url}/in-parquet", "records-parquet", "cal")),)))
     # the table twice, half the rows each, compressed as Polars writes Parquet (zstd) and as
     # pyarrow, DuckDB and Spark do (snappy): decoding costs depend on it (ScanSpec.cost_kind);
     # k_many has one group per 4 rows of each
@@ -386,10 +378,10 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
     groups = max(1, half // 4)
     for name, codec, shift in (("table", "zstd", 2), ("table-snappy", "snappy", 6)):
         sink = OutputSink(f"{url}/{name}", "parquet", "cal", compression=codec)
-        pending.append(Job(name, (_generate(f"gen-{name}", half, max(1, parts // 2), seed + shift, sink, (SyntheticTable(groups),)),)))
-    pending.append(Job("dim", (_generate("gen-dim", groups, max(1, parts // 2), seed + 3, OutputSink(f"{url}/dim", "parquet", "cal"), (SyntheticTable(groups), Select((col("k_many"), col("v").alias("x"))))),)))
-    pending.append(Job("overheads-1", (_overheads("overheads-1", c, seed + 4),)))
-    pending.append(Job("overheads-8", (_overheads("overheads-8", 8 * c, seed + 5),)))
+        run(Job(name, (_generate(f"gen-{name}", half, max(1, parts // 2), seed + shift, sink, (SyntheticTable(groups),)),)))
+    run(Job("dim", (_generate("gen-dim", groups, max(1, parts // 2), seed + 3, OutputSink(f"{url}/dim", "parquet", "cal"), (SyntheticTable(groups), Select((col("k_many"), col("v").alias("x"))))),)))
+    run(Job("overheads-1", (_overheads("overheads-1", c, seed + 4),)))
+    run(Job("overheads-8", (_overheads("overheads-8", 8 * c, seed + 5),)))
     flush()  # the sorts list what was generated
     bounds = [n * i // parts for i in range(parts + 1)]
     rows = [bounds[i + 1] - bounds[i] for i in range(parts)]
@@ -397,9 +389,9 @@ def run_workload(executor: Executor, config: Config, url: str, sizes: Sizes, see
         objects = sorted(open_store(f"{url}/in-{fmt}", config).list(), key=lambda o: o.key)
         for plan in (ExchangePlan.direct(c), ExchangePlan(Topology((2, c)), True)):
             label = f"sort-{fmt}-{plan.workers}{'-2l' if plan.levels > 1 else ''}"
-            pending.append(Job(label, (_sort(label, f"{url}/in-{fmt}", objects, rows if fmt == "parquet" else None, f"{url}/out-{label}", fmt, plan, seed),)))
+            run(Job(label, (_sort(label, f"{url}/in-{fmt}", objects, rows if fmt == "parquet" else None, f"{url}/out-{label}", fmt, plan, seed),)))
     for job in _query_jobs(f"{url}/table", f"{url}/table-snappy", f"{url}/dim", f"{url}/out-q", c):
-        pending.append(job)
+        run(job)
     flush()
     return observations
 
@@ -473,12 +465,11 @@ def large_scale(small_seconds: float, left: float) -> float:
 
     That overestimates the growth a little: 41-55% of a small pass does not grow (measured on this
     machine's 2 cores, the two passes' sizes and times solved for a fixed and a growing part:
-    0.48-0.55 on the local folder, 0.41-0.43 on SeaweedFS, whose passes then took 5.3-5.9 and
-    14.1-14.4 s more per unit of scale), so the pass ends within ``left`` with a margin for a
+    0.48-0.55 on the local folder, 0.41-0.54 on SeaweedFS, whose passes then took 5.3-5.9 and
+    11.6-14.4 s more per unit of scale), so the pass ends within ``left`` with a margin for a
     shared machine's swings. Judging the growth from the warm-up was far off: its first calls made
-    it about as slow as the small pass. Taking a quarter as fixed, as before the measured passes
-    shared their runs (``run_job(in_turn=True)``), left SeaweedFS's large pass out of half its
-    first calibrations: its scale came out a few hundredths under twice the small one."""
+    it about as slow as the small pass. Taking a quarter as fixed left SeaweedFS's large pass out
+    of half its first calibrations: its scale came out a few hundredths under twice the small one."""
     grown = (left / max(small_seconds, 1e-3) - FIXED_SHARE) / (1 - FIXED_SHARE)  # times the small pass's data
     scale = min(LARGEST, SMALL * grown)
     return scale if scale >= 2 * SMALL else 0.0

@@ -365,14 +365,9 @@ class JobResult:
     report: Any
 
 
-def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url: str | None = None, in_turn: bool = False) -> JobResult:
+def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url: str | None = None) -> JobResult:
     """Run the low-level job whose final stages are ``stages``: all are submitted before any is
-    waited for, so independent ones run at once (sharing the functions); or, ``in_turn``, each
-    final stage (with the stages it needs) runs to its end before the next is submitted, so that
-    each has the functions to itself and its stages' times are its own — for calibration, which
-    so runs its ~19 jobs in 6 runs instead of one run each (a run's set-up and clean-up took about
-    45 ms on SeaweedFS; the 19 of them, a sixth of a calibration pass's time). The intermediate
-    objects of all of them stay until the run ends.
+    waited for, so independent ones run at once (sharing the functions).
 
     Intermediate objects go under ``<config.tmp_url or tmp_url>/_croupier_tmp/<run id>`` (with
     the run's lease) and are deleted at the end, on success and on failure; outputs of
@@ -386,8 +381,6 @@ def run_job(stages: Sequence[Stage], config: Any, executor: Any = None, tmp_url:
         runner = DagRunner(run, str(run.open_tmp(tmp_url, explicit=True)))
         for stage in stages:
             runner.submit(stage)
-            if in_turn:
-                runner.result(stage)
         outputs = [runner.result(s) for s in stages]
         frames = [read_output(runner, o) if isinstance(o.stage.sink, ExchangeSink) else None for o in outputs]
     finally:
