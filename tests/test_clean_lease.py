@@ -148,7 +148,8 @@ def test_after_a_sigkill_of_every_process_clean_removes_everything_the_run_left(
     gensort(f"{root}/in", 30_000_000, 4, config)
     sort(f"{root}/in", f"{root}/out", 2, config)
     old = _objects(f"{root}/out", config)
-    env = dict(os.environ, CROUPIER_LEASE="1s", AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s", PYTHONUNBUFFERED="1")
+    # TMPDIR: the killed process's multiprocessing folder (pymp-*) stays in the test's folder, not /tmp
+    env = dict(os.environ, CROUPIER_LEASE="1s", AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
     proc = subprocess.Popen([*cli, "--concurrency", "2", "sort", f"{root}/in", f"{root}/out", "--overwrite", "-p", "8"], env=env, stderr=subprocess.PIPE, start_new_session=True)
     out = open_store(f"{root}/out", config)
     deadline = time.time() + 90

@@ -363,7 +363,7 @@ def test_ctrl_c_during_a_sort_leaves_nothing_behind(tmp_path: Path) -> None:
     config = Config(concurrency=2)
     inp, out = (tmp_path / "in").as_uri(), tmp_path / "out"
     gensort(inp, 200_000_000, 4, config)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))  # (a killed process's pymp-* folder stays in the test's)
     proc = subprocess.Popen([sys.executable, "-m", "croupier.cli", "--concurrency", "2", "sort", inp, out.as_uri(), "--workers", "16"], env=env, stderr=subprocess.PIPE, preexec_fn=sigint_default)
     deadline = time.time() + 60
     while time.time() < deadline and not list(out.glob("_croupier_tmp/*/*/*")):

@@ -27,8 +27,18 @@ CLI = [sys.executable, "-m", "croupier.cli", "--no-calibrate", "--no-progress", 
 SIZE = 100_000_000  # a sort of a few seconds on two cores: long enough to be stopped half-way
 
 
+#: A folder of the test session's for the killed processes' temporary files (TMPDIR): a process
+#: killed by a signal leaves its multiprocessing folder (``pymp-*``), which belongs there, not in /tmp.
+_TMPDIR: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _subprocess_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _TMPDIR[:] = [str(tmp_path_factory.mktemp("killed-tmp"))]
+
+
 def _env(config: Config, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="guards-secret", CROUPIER_CALIBRATION="off", **extra)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="guards-secret", CROUPIER_CALIBRATION="off", TMPDIR=_TMPDIR[0], **extra)
     if config.s3.endpoint:
         env["AWS_ENDPOINT_URL"] = config.s3.endpoint
     return env
