@@ -101,7 +101,8 @@ class SeaweedFS:
             left = max(0.5, min(5.0, deadline - time.time()))
             try:
                 if not made:
-                    made = self._make_bucket(bucket, left)
+                    self._make_bucket(bucket, left)
+                    made = True
                 urllib.request.urlopen(f"{self.endpoint}/{bucket}?list-type=2", timeout=left).read()
                 self._first_write(bucket, left)
                 return
@@ -117,14 +118,13 @@ class SeaweedFS:
         self.stop()
         raise RuntimeError(f"SeaweedFS did not become ready within {timeout}s; log tail:\n{tail}")
 
-    def _make_bucket(self, bucket: str, timeout: float) -> bool:
-        """Create ``bucket``; True when it exists (made now, or by an earlier start on this folder)."""
+    def _make_bucket(self, bucket: str, timeout: float) -> None:
+        """Create ``bucket``, unless it exists (made by an earlier start on this folder)."""
         try:
             urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT"), timeout=timeout).read()
         except urllib.error.HTTPError as e:
             if e.code != 409:  # BucketAlreadyExists / BucketAlreadyOwnedByYou: there already
                 raise
-        return True
 
     def _first_write(self, bucket: str, timeout: float) -> None:
         """Write, read and delete one object in ``bucket``, so that its first write is paid here,

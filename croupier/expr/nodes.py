@@ -343,13 +343,16 @@ class Columns(Expr):
         return set(self.names or ())
 
     def output_name(self) -> str:
-        raise ConfigError(f"{self.show()} stands for several columns: use it in select, with_columns or agg, which expand it")
+        raise self._unexpanded()
 
     def is_scalar(self) -> bool:
         return False
 
     def to_polars(self) -> pl.Expr:
-        raise ConfigError(f"{self.show()} stands for several columns: use it in select, with_columns or agg, which expand it")
+        raise self._unexpanded()
+
+    def _unexpanded(self) -> ConfigError:
+        return ConfigError(f"{self.show()} stands for several columns: use it in select, with_columns or agg, which expand it")
 
     def show(self) -> str:
         shown = "all()" if self.names is None else "col(" + ", ".join(repr(n) for n in self.names) + ")"

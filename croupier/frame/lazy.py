@@ -204,9 +204,9 @@ class GroupBy:
         sorted on it (a range exchange when they are many)."""
         node = self._frame._node
         exprs = expand(_exprs(aggs), node.schema.names(), [k.output_name() for k in self._keys])  # (all() leaves the keys out, as in Polars)
+        plain = Aggregate(node, self._keys, exprs)
         if not self._maintain_order or not self._keys:
-            return self._frame._with(Aggregate(node, self._keys, exprs))
-        plain = Aggregate(node, self._keys, exprs)  # (its checks, names and schema)
+            return self._frame._with(plain)
         tag = hidden_prefix([*node.schema.names(), *plain.schema.names()], "__first")
         grouped = Aggregate(Tagged(node, tag), self._keys, (*exprs, Col(tag).min().alias(tag)))
         ordered = Sort(grouped, (Col(tag),), (False,))

@@ -51,8 +51,10 @@ from croupier.dag.stage import (
     UnionSource,
 )
 from croupier.errors import ConfigError, CroupierError
-from croupier.expr import Col, Expr
+from croupier.expr import Agg, Col, Expr, Func
+from croupier.expr import walk as walk_expr
 from croupier.expr.analysis import selectivity
+from croupier.expr.functions import FUNCTIONS, WINDOW
 from croupier.expr.nodes import Alias
 from croupier.plan.logical import Aggregate, Distinct, Filter, Join, Limit, Node, Project, Scan, Sort, Tagged, Union, Window, walk
 from croupier.plan.optimize import passthrough
@@ -654,8 +656,9 @@ def order_seen(root: Node) -> set[int]:
     return seen
 
 
-#: Window functions whose value depends on the rows' order (beside first/last aggregations).
-ORDER_FUNCTIONS = frozenset({"cum_sum", "cum_count", "cum_min", "cum_max", "forward_fill", "rolling_sum", "rolling_mean", "rolling_min", "rolling_max", "shift", "int_range"})
+#: Window functions whose value depends on the rows' order (beside first/last aggregations):
+#: every one but rank, which does only with its ordinal method (:func:`_positional`).
+ORDER_FUNCTIONS = frozenset(name for name, f in FUNCTIONS.items() if f.kind == WINDOW) - {"rank"}
 
 
 def reads_order(node: Node) -> bool:
@@ -675,8 +678,6 @@ def reads_order(node: Node) -> bool:
 
 
 def _positional(expr: Expr) -> bool:
-    from croupier.expr import Agg, Func, walk as walk_expr
-
     for e in walk_expr(expr):
         if isinstance(e, Agg) and e.fn in ("first", "last"):
             return True
