@@ -100,6 +100,35 @@ def test_selector_searches_from_the_memory_bound_and_can_fix_p() -> None:
     assert "choice:" in text and "dominated by" in text and "topology" in text
 
 
+def test_coarse_set_keeps_the_small_p_the_steps_the_largest_and_the_balanced_shapes() -> None:
+    from croupier.model import selector
+
+    sizes = list(range(40, 1001))
+    coarse = selector._coarse(sizes)
+    assert coarse[: selector.EVERY_P] == sizes[: selector.EVERY_P] and coarse[-1] == 1000
+    assert {506, 529, 625, 729, 992} <= set(coarse)  # 23x22, 23^2, 25^2, 9^3, 32x31
+    assert len(coarse) < len(sizes) / 3
+    assert all(b / a <= selector.COARSE_STEP + 0.01 for a, b in zip(coarse[selector.EVERY_P - 1 :], coarse[selector.EVERY_P :]))
+
+
+@pytest.mark.parametrize(("name", "memory", "size", "objective"), [("aws-s3", 3 << 30, 100 * 10**9, "time"), ("ibm-cos", 1 << 30, 20 * 10**9, "cost")])
+def test_coarse_to_fine_search_picks_what_trying_every_p_picks(name: str, memory: int, size: int, objective: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With hundreds of P to try, the selector searches coarse to fine; it picks the plan that
+    trying every P picks (a 100 GB sort's was 2-level 23x22 at P = 506, between coarse steps),
+    at a fraction of the candidates."""
+    from dataclasses import replace
+
+    from croupier.model import selector
+
+    profile = replace(StorageProfile.load(name), function_memory=memory)
+    searched, threshold = choose(size, profile, objective=objective, max_workers=600), selector.EVERY_P
+    monkeypatch.setattr(selector, "EVERY_P", 10**6)
+    every = choose(size, profile, objective=objective, max_workers=600)
+    assert len({c.workers for c in every.candidates}) > 2 * threshold  # hundreds of P to try: the search ran
+    assert len(searched.candidates) < len(every.candidates) / 2
+    assert (searched.best.plan, searched.best.seconds, searched.best.cost) == (every.best.plan, every.best.seconds, every.best.cost)
+
+
 def test_the_chosen_candidate_is_always_in_the_table() -> None:
     """When the robust choice is not among the best point estimates, the table still lists it,
     marked, so the table shows what runs."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from croupier.errors import ConfigError
 from croupier.exchange.levels import LevelsPlan
@@ -207,19 +207,101 @@ def choose(
         memory = "and k-level (k >= 3) with +mem, whose group of workers must fit one function's memory" if memory_levels else "(memory levels are left out here)"
         raise ConfigError(f"no {algorithm!r} exchange for P in {sizes[0]}..{sizes[-1]}{late}; algorithms are direct, k-level (k <= {max_levels}), each with +wc, {memory}")
     shared: dict[Any, StagePrediction] = {}  # the candidates' stages in common, predicted once
-    candidates = [predict(plan, data_bytes, profile, concurrency, producers_done, phases, shared, stored) for plan in plans]
-    if tiers is not None:
-        if "slow" not in tiers.allowed:
-            candidates = []
-        candidates += tier_candidates(plans, data_bytes, profile, tiers, concurrency, producers_done, phases, senders, buckets, stored)
-        candidates = candidates or [predict(plan, data_bytes, profile, concurrency, producers_done, phases, stored=stored) for plan in plans]
-    pool = [c for c in candidates if budget is None or c.cost <= budget]
+
+    def predicted(some: list[ExchangePlan]) -> list[Prediction]:
+        """Every candidate of ``some`` plans: on the slow tier, and on the fast one or hybrid."""
+        out = [predict(plan, data_bytes, profile, concurrency, producers_done, phases, shared, stored) for plan in some]
+        if tiers is not None:
+            if "slow" not in tiers.allowed:
+                out = []
+            out += tier_candidates(some, data_bytes, profile, tiers, concurrency, producers_done, phases, senders, buckets, stored)
+            out = out or [predict(plan, data_bytes, profile, concurrency, producers_done, phases, stored=stored) for plan in some]
+        return out
+
+    within = lambda c: budget is None or c.cost <= budget  # noqa: E731
+    candidates = search(plans, predicted, lambda cs: sorted(filter(within, cs), key=_key(objective)))
+    pool = [c for c in candidates if within(c)]
     if not pool:
         cheapest = min(candidates, key=lambda c: c.cost)
         raise ConfigError(f"no configuration fits the budget ${budget}; the cheapest costs ${cheapest.cost:.6f} ({cheapest.plan.name}, P={cheapest.workers})")
     point = min(pool, key=_key(objective))
     best = robust(point, pool) if objective == "time" else point
     return Choice(best, tuple(candidates), objective, data_bytes, budget, point if best is not point else None)
+
+
+#: With more P than this to choose from (a cloud platform's thousand functions), the selector
+#: searches coarse to fine (:func:`search`) instead of predicting every plan of every P.
+EVERY_P = 96
+#: The coarse pass's P beyond :data:`EVERY_P`: each about this much larger than the one before.
+COARSE_STEP = 1.06
+#: The coarse pass's best P (by the objective, distinct) whose neighbourhoods are searched.
+REFINED = 3
+#: P a refinement pass tries in each neighbourhood, evenly spread, before the last, exhaustive one.
+PROBES = 12
+
+
+def search(plans: list[ExchangePlan], predicted: Callable[[list[ExchangePlan]], list[Prediction]], ranked: Callable[[list[Prediction]], list[Prediction]]) -> list[Prediction]:
+    """The candidates of ``plans`` the selector compares: all of them when they span at most
+    :data:`EVERY_P` values of P; else coarse to fine. First the :data:`EVERY_P` smallest P and
+    then P growing by :data:`COARSE_STEP` (:func:`_coarse`); around each of the :data:`REFINED` best P found
+    (``ranked`` orders candidates best first, leaving out those over budget), every P between
+    its coarse neighbours, first :data:`PROBES` of them spread evenly, then every P next to the
+    best probe. A prediction changes smoothly with P, but for the step of a wave and the shapes
+    of a multi-level topology (P = 625 is 25 x 25, P = 624 is 26 x 24), which the last pass
+    tries one by one. Planning a TPC-H query for a thousand functions predicted 19,000
+    candidates, 9 s; see ``tests/test_model_selector.py`` for how close the search gets."""
+    by_p: dict[int, list[ExchangePlan]] = {}
+    for plan in plans:
+        by_p.setdefault(plan.workers, []).append(plan)
+    sizes = sorted(by_p)
+    if len(sizes) <= EVERY_P:
+        return predicted(plans)
+    done: dict[int, list[Prediction]] = {}
+
+    def visit(ps: Iterable[int]) -> None:
+        todo = [p for p in dict.fromkeys(ps) if p not in done]
+        out = predicted([plan for p in todo for plan in by_p[p]])
+        for p in todo:
+            done[p] = []
+        for c in out:
+            done.setdefault(c.workers, []).append(c)
+
+    def best(ps: Iterable[int], n: int) -> list[int]:
+        seen: list[int] = []
+        for c in ranked([c for p in ps for c in done[p]]):
+            if c.workers not in seen:
+                seen.append(c.workers)
+            if len(seen) == n:
+                break
+        return seen
+
+    coarse = _coarse(sizes)
+    visit(coarse)
+    for around in best(coarse, REFINED):
+        i = coarse.index(around)
+        window = sizes[sizes.index(coarse[max(0, i - 1)]) : sizes.index(coarse[min(len(coarse) - 1, i + 1)]) + 1]
+        stride = max(1, len(window) // PROBES)
+        visit(window[::stride])
+        for probe in best([p for p in window if p in done], 1):  # none: all of them over budget
+            top = sizes.index(probe)
+            visit(sizes[max(0, top - stride) : top + stride + 1])
+    return [c for p in sizes if p in done for c in done[p]]
+
+
+def _coarse(sizes: list[int]) -> list[int]:
+    """The first :data:`EVERY_P` of ``sizes`` (the smallest P), then each next one at least
+    :data:`COARSE_STEP` times the last taken, the largest, and every P of ``sizes`` that is a
+    near square or near cube (n x n, n x (n+1), n^3, n^2 (n+1), n (n+1)^2): the P whose
+    multi-level topologies are balanced, which a geometric step alone may miss (P = 509 is prime,
+    and has no 2-level topology; P = 506 = 23 x 22 was the best plan of a 100 GB sort)."""
+    out: list[int] = []
+    for p in sizes:
+        if len(out) < EVERY_P or p >= out[-1] * COARSE_STEP:
+            out.append(p)
+    out.append(sizes[-1])
+    shapes = {m for n in range(2, math.isqrt(sizes[-1]) + 2) for m in (n * n, n * (n + 1), n**3, n * n * (n + 1), n * (n + 1) ** 2)}
+    have = set(sizes)
+    return sorted(set(out) | (shapes & have))
 
 
 def robust(point: Prediction, pool: list[Prediction]) -> Prediction:
