@@ -15,6 +15,7 @@ import pytest
 import croupier.frame as cf
 from croupier.config import Config
 from croupier.errors import ConfigError
+from croupier.expr import Expr
 from croupier.frame import col
 
 from .compare import assert_same
@@ -182,14 +183,21 @@ def wanted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _is_in(table: Path, wanted: Path, config: Config, negated: bool) -> tuple[cf.LazyFrame, pl.LazyFrame]:
-    """The table filtered on k being (or, ``negated``, not being) among the wanted keys: by the
-    engine, whose semi (anti) join is shuffled (no broadcast, 4 partitions), and by Polars."""
+def _shuffled_is_in(table: Path, wanted: Path, config: Config) -> tuple[cf.LazyFrame, pl.LazyFrame, Expr, pl.Expr]:
+    """The table, by the engine with its joins shuffled (no broadcast, 4 partitions) and by
+    Polars, and ``k.is_in(wanted keys)`` for each."""
     config = config.with_(broadcast_limit=0, workers=4)
     hit, phit = col("k").is_in(cf.scan_parquet(wanted, config=config).select("k")), pl.col("k").is_in(pl.read_parquet(wanted)["k"].implode())
+    return cf.scan_parquet(table, config=config), _polars(table), hit, phit
+
+
+def _is_in(table: Path, wanted: Path, config: Config, negated: bool) -> tuple[cf.LazyFrame, pl.LazyFrame]:
+    """The table filtered on k being (or, ``negated``, not being) among the wanted keys: by the
+    engine, whose semi (anti) join is shuffled, and by Polars."""
+    lf, pf, hit, phit = _shuffled_is_in(table, wanted, config)
     if negated:
         hit, phit = ~hit, ~phit
-    return cf.scan_parquet(table, config=config).filter(hit), _polars(table).filter(phit)
+    return lf.filter(hit), pf.filter(phit)
 
 
 @pytest.mark.parametrize("negated", [False, True], ids=["is_in", "not_is_in"])
@@ -221,3 +229,13 @@ def test_maintain_order_after_an_is_in_filter_follows_its_input_order(table: Pat
     got = lf.group_by("k", maintain_order=True).agg(col("i").sum(), col("g").first()).collect()
     assert_same(got, pf.group_by("k", maintain_order=True).agg(pl.col("i").sum(), pl.col("g").first()).collect(), ordered=True)
     assert_same(lf.unique("g", keep="first", maintain_order=True).collect(), pf.unique("g", keep="first", maintain_order=True).collect(), ordered=True)
+
+
+def test_an_is_in_value_keeps_the_input_order(table: Path, wanted: Path, config: Config) -> None:
+    """``is_in(frame)`` as a value (a column, or a filter's operand under ``|``) is a left join
+    with the frame's distinct values, which, shuffled, keeps its left rows' order for a head or
+    tail above it as with_columns and filter keep theirs in Polars."""
+    lf, pf, hit, phit = _shuffled_is_in(table, wanted, config)
+    assert_same(lf.with_columns(hit.alias("hit")).head(25).collect(), pf.with_columns(phit.alias("hit")).head(25).collect(), ordered=True)
+    assert_same(lf.select("i", hit.alias("hit")).tail(25).collect(), pf.select("i", phit.alias("hit")).tail(25).collect(), ordered=True)
+    assert_same(lf.filter(hit | (col("i") < 5)).head(25).collect(), pf.filter(phit | (pl.col("i") < 5)).head(25).collect(), ordered=True)
