@@ -1,9 +1,9 @@
 """Which rows a frame keeps, as Polars keeps them: ``tail`` (the last rows of the input's order,
 or of a sort's), ``unique`` (on a subset, keeping the first, last or none of each group, in
 input order or not), each group's first and last values, groups in the order of their first
-rows (``maintain_order``) and joins
-whose null keys match (``nulls_equal``); on several files (one of them empty), so that every
-plan runs in several tasks."""
+rows (``maintain_order``), joins whose null keys match (``nulls_equal``), and the rows an
+``is_in`` filter keeps, in its input's order; on several files (one of them empty), so that
+every plan runs in several tasks."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 import croupier.frame as cf
 from croupier.config import Config
 from croupier.errors import ConfigError
+from croupier.expr import Expr
 from croupier.frame import col
 
 from .compare import assert_same
@@ -172,3 +173,69 @@ def test_rows_picked_by_their_order_after_a_window_that_scattered_them(table: Pa
     assert_same(lw.tail(40).select(col("i").sum()).collect(), pw.tail(40).select(pl.col("i").sum()).collect())
     assert_same(lw.unique("k", keep="last").group_by("k").agg(col("i").sum()).collect(), pw.unique("k", keep="last").group_by("k").agg(pl.col("i").sum()).collect())
     assert_same(lw.with_columns(col("i").cum_sum().over("k").alias("c")).group_by("k").agg(col("c").max()).collect(), pw.with_columns(pl.col("i").cum_sum().over("k").alias("c")).group_by("k").agg(pl.col("c").max()).collect())
+
+
+@pytest.fixture(scope="module")
+def wanted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The keys an ``is_in`` subquery reads: some repeated, one null (which matches nothing)."""
+    path = tmp_path_factory.mktemp("wanted") / "wanted.parquet"
+    pl.DataFrame({"k": pl.Series([1, 3, None, 4, 3], dtype=pl.Int32)}).write_parquet(path)
+    return path
+
+
+def _shuffled_is_in(table: Path, wanted: Path, config: Config) -> tuple[cf.LazyFrame, pl.LazyFrame, Expr, pl.Expr]:
+    """The table, by the engine with its joins shuffled (no broadcast, 4 partitions) and by
+    Polars, and ``k.is_in(wanted keys)`` for each."""
+    config = config.with_(broadcast_limit=0, workers=4)
+    hit, phit = col("k").is_in(cf.scan_parquet(wanted, config=config).select("k")), pl.col("k").is_in(pl.read_parquet(wanted)["k"].implode())
+    return cf.scan_parquet(table, config=config), _polars(table), hit, phit
+
+
+def _is_in(table: Path, wanted: Path, config: Config, negated: bool) -> tuple[cf.LazyFrame, pl.LazyFrame]:
+    """The table filtered on k being (or, ``negated``, not being) among the wanted keys: by the
+    engine, whose semi (anti) join is shuffled, and by Polars."""
+    lf, pf, hit, phit = _shuffled_is_in(table, wanted, config)
+    if negated:
+        hit, phit = ~hit, ~phit
+    return lf.filter(hit), pf.filter(phit)
+
+
+@pytest.mark.parametrize("negated", [False, True], ids=["is_in", "not_is_in"])
+def test_head_and_tail_after_an_is_in_filter_are_its_first_and_last_rows(table: Path, wanted: Path, config: Config, negated: bool) -> None:
+    """A filter on ``is_in(frame)`` is a semi join (an anti join negated), which hands on its rows
+    in partition order when shuffled: a head or tail above it has them tagged before the exchange
+    and sorted back after it, as Polars' filter keeps its input's order; a plain query is not."""
+    lf, pf = _is_in(table, wanted, config, negated)
+    assert_same(lf.head(25).collect(), pf.head(25).collect(), ordered=True)
+    assert_same(lf.tail(25).collect(), pf.tail(25).collect(), ordered=True)
+    assert "tag rows with their input position" in lf.head(25).explain()
+    assert "tag rows with their input position" not in lf.explain()
+
+
+@pytest.mark.parametrize("negated", [False, True], ids=["is_in", "not_is_in"])
+def test_first_and_last_after_an_is_in_filter_are_in_its_input_order(table: Path, wanted: Path, config: Config, negated: bool) -> None:
+    """Each group's first and last values after a shuffled semi (anti) join from ``is_in``: the
+    values of the group's first and last rows in the filter's input (nulls counted)."""
+    lf, pf = _is_in(table, wanted, config, negated)
+    got = lf.group_by("g").agg(col("i").first(), col("k").last(), col("i").last().alias("li")).collect()
+    assert_same(got, pf.group_by("g").agg(pl.col("i").first(), pl.col("k").last(), pl.col("i").last().alias("li")).collect())
+
+
+@pytest.mark.parametrize("negated", [False, True], ids=["is_in", "not_is_in"])
+def test_maintain_order_after_an_is_in_filter_follows_its_input_order(table: Path, wanted: Path, config: Config, negated: bool) -> None:
+    """group_by(maintain_order=True) (groups in the order of their first rows) and
+    unique(maintain_order=True) after a shuffled semi (anti) join from ``is_in``."""
+    lf, pf = _is_in(table, wanted, config, negated)
+    got = lf.group_by("k", maintain_order=True).agg(col("i").sum(), col("g").first()).collect()
+    assert_same(got, pf.group_by("k", maintain_order=True).agg(pl.col("i").sum(), pl.col("g").first()).collect(), ordered=True)
+    assert_same(lf.unique("g", keep="first", maintain_order=True).collect(), pf.unique("g", keep="first", maintain_order=True).collect(), ordered=True)
+
+
+def test_an_is_in_value_keeps_the_input_order(table: Path, wanted: Path, config: Config) -> None:
+    """``is_in(frame)`` as a value (a column, or a filter's operand under ``|``) is a left join
+    with the frame's distinct values, which, shuffled, keeps its left rows' order for a head or
+    tail above it as with_columns and filter keep theirs in Polars."""
+    lf, pf, hit, phit = _shuffled_is_in(table, wanted, config)
+    assert_same(lf.with_columns(hit.alias("hit")).head(25).collect(), pf.with_columns(phit.alias("hit")).head(25).collect(), ordered=True)
+    assert_same(lf.select("i", hit.alias("hit")).tail(25).collect(), pf.select("i", phit.alias("hit")).tail(25).collect(), ordered=True)
+    assert_same(lf.filter(hit | (col("i") < 5)).head(25).collect(), pf.filter(phit | (pl.col("i") < 5)).head(25).collect(), ordered=True)

@@ -343,7 +343,8 @@ class Aggregate(Operator):
 
 @dataclass(frozen=True)
 class HashJoin(Operator):
-    """Join the stream (left) with the side input ``side`` (right) on equal keys."""
+    """Join the stream (left) with the side input ``side`` (right) on equal keys; with
+    ``maintain_order`` "left", in the stream's row order (Polars guarantees no order otherwise)."""
 
     kind = "hash_join"
     fusable = True
@@ -355,6 +356,7 @@ class HashJoin(Operator):
     suffix: str = "_right"
     coalesce: bool | None = None  # Polars' meaning: None = its default for ``how``
     nulls_equal: bool = False  # a null key matches a null key (Polars' nulls_equal)
+    maintain_order: str = "none"  # Polars' maintain_order: "left" keeps the stream's order
 
     @property
     def sides(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -367,13 +369,14 @@ class HashJoin(Operator):
         right = sides[self.side]
         if self.how == "cross":
             return lf.join(right, how="cross", suffix=self.suffix)
-        return lf.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce, nulls_equal=self.nulls_equal)  # type: ignore[arg-type]
+        return lf.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce, nulls_equal=self.nulls_equal, maintain_order=self.maintain_order)  # type: ignore[arg-type]
 
     def describe(self) -> str:
         if self.how == "cross":
             return f"cross join with {self.side}"
         on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
-        return f"{self.how} hash join with {self.side} on {on}" + (" (nulls equal)" if self.nulls_equal else "")
+        order = "" if self.maintain_order == "none" else f" ({self.maintain_order} order kept)"
+        return f"{self.how} hash join with {self.side} on {on}" + (" (nulls equal)" if self.nulls_equal else "") + order
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,7 @@ class Compiler:
         self._ids = itertools.count(1)
         self._shared: dict[int, int] | None = None
         self._order_seen: set[int] = set()
+        self._order_read: set[int] = set()
         self._materialized: dict[int, Stage] = {}
         #: semi-join reductions to apply where a scan is compiled: id(scan) -> (the stage whose rows
         #: the scan's rows must match, the scan's key columns, that stage's key columns)
@@ -143,6 +144,7 @@ class Compiler:
         if self._shared is None:
             self._shared = shared_nodes(node)
             self._order_seen = order_seen(node)
+            self._order_read = order_read(node)
         if id(node) in self._shared:
             if id(node) not in self._materialized:
                 self._materialized[id(node)] = self.stage(self._compile_node(node), ExchangeSink(SinglePartitioning()), "shared")
@@ -230,14 +232,27 @@ class Compiler:
         probe = self.compile(node.left)
         out = self.wait(build)
         side = build.name
-        op = node.operator(side)
+        keep_order = self._left_order_read(node)
         if node.how in BROADCASTABLE and self._broadcast(node, build, out, probe):
             probe.sides[side] = ExchangeInput(build, "all")
-            probe.ops.append(op)
+            probe.ops.append(node.operator(side, keep_order))  # each task joins its own rows, in their order if asked
             return probe
+        tag = hidden_prefix([*node.left.schema.names(), *node.right.schema.names(), *node.schema.names()], ROW_TAG)
+        if keep_order:
+            probe.ops.append(TagRows(tag))
         plan = out.plan if out is not None and out.early else None  # a plan bound early fixes P for both sides
         probe_stage = self.stage(probe, ExchangeSink(HashPartitioning(node.left_on), plan=plan), "probe")
-        return Pipeline(ExchangeInput(probe_stage, "partition"), [op], {side: ExchangeInput(build, "partition")})
+        joined = Pipeline(ExchangeInput(probe_stage, "partition"), [node.operator(side)], {side: ExchangeInput(build, "partition")})
+        return self._sorted_back(joined, tag, node) if keep_order else joined
+
+    def _left_order_read(self, node: Join) -> bool:
+        """Whether ``node``'s rows must come in its left input's order: it says so
+        (``maintain_order="left"``: a semi or anti join from ``is_in``, which Polars runs as a
+        filter) and a node above reads that order (:func:`order_read`: a head, first/last,
+        ``maintain_order``...). Then a broadcast join keeps each task's rows in order, and a
+        shuffled one tags its left rows before the exchange and sorts them back after it; else
+        the rows come as they come (plain queries pay nothing)."""
+        return node.maintain_order == "left" and id(node) in self._order_read
 
     def _left_first(self, node: Join) -> bool:
         """Whether to run the left side of a join first, as its build side: for an inner join,
@@ -261,8 +276,9 @@ class Compiler:
         two uses is weighed by its measured size (:meth:`_left_first_of_shared`, inner joins),
         and a left side that joins a filtered aggregation (a HAVING) is built first. Only joins
         whose result does not depend on the sides' roles: both keys kept (``coalesce=False``,
-        SQL's joins), no column names in common (no suffixes)."""
-        if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or node.nulls_equal or set(node.left.schema) & set(node.right.schema):
+        SQL's joins), no column names in common (no suffixes), and no order to keep (the right
+        side would be the stream)."""
+        if self.dry or node.how not in ("inner", "left") or node.coalesce is not False or node.nulls_equal or node.maintain_order != "none" or set(node.left.schema) & set(node.right.schema):
             return False
         if (shared := self._shared_stage(node.right)) is not None:
             return node.how == "inner" and self._left_first_of_shared(node, shared)
@@ -488,10 +504,13 @@ class Compiler:
         else:
             stage = self.stage(pipe, ExchangeSink(SinglePartitioning()), "window-input")
             out = Pipeline(ExchangeInput(stage, "all"), [op])
-        if not keep_order:
-            return out
+        return self._sorted_back(out, tag, node) if keep_order else out
+
+    def _sorted_back(self, pipe: Pipeline, tag: str, node: Node) -> Pipeline:
+        """``pipe``'s rows (``node``'s, an exchange scattered them) sorted back into their input
+        order on the row tag ``tag`` they were given before it, the tag dropped again."""
         self.notes.append(f"{node.label()}: rows sorted back into their input order after the exchange")
-        out = self._sorted(out, (Col(tag),), (False,), False, "input order")
+        out = self._sorted(pipe, (Col(tag),), (False,), False, "input order")
         out.ops.append(Select(tuple(Col(c) for c in node.schema.names())))
         return out
 
@@ -625,7 +644,7 @@ def tier_preview(binder: Any, config: Any, nbytes: int, senders: int, phases: An
     return lines
 
 
-#: The column that carries each row's input position through a window's exchange.
+#: The column that carries each row's input position through a window's or join's exchange.
 ROW_TAG = "__croupier_row"
 
 #: Nodes that keep their input's row order (Polars: filter, select/with_columns, over, slice,
@@ -634,16 +653,36 @@ ORDER_KEEPING = (Filter, Project, Window, Limit, Union, Tagged)
 
 
 def order_seen(root: Node) -> set[int]:
-    """Nodes (by identity) whose output row order shows in the result: the root and, below an
-    order-keeping node whose order shows, its inputs (a limit over a sort: the sort decides); a
-    cross join's rows come in its left input's order (Polars pairs each left row with every right
-    one), so its left input's order shows too (``x - x.mean()`` over a window's result lost the
-    window's order); and the input order of a node that picks rows or values by it shows
-    whatever becomes of the node's own order (:func:`reads_order`: a row tag, a head or tail,
-    first/last, a running or positional window function), as a window below it would otherwise
-    hand it rows in its partitions' order."""
+    """Nodes (by identity) whose output row order shows in the result: the root and the nodes
+    whose order is read (:func:`order_read`), and below them what keeps its input's order
+    (:func:`_order_kept_below`)."""
+    return _order_kept_below([root, *_order_readers_inputs(root)])
+
+
+def order_read(root: Node) -> set[int]:
+    """Nodes (by identity) whose output row order a node above them reads: the inputs of a node
+    that picks rows or values by their order (:func:`reads_order`: a row tag, a head or tail,
+    first/last, a running or positional window function) and, below them, what keeps its
+    input's order. Their order matters whatever becomes of the readers' own; the root's order
+    alone (which :func:`order_seen` adds) is not read. A shuffled join that keeps its left
+    input's order (an ``is_in`` filter's semi join) sorts its rows back only for these."""
+    return _order_kept_below(_order_readers_inputs(root))
+
+
+def _order_readers_inputs(root: Node) -> list[Node]:
+    """The inputs of every node below ``root`` whose answer depends on its input's row order."""
+    return [child for n in walk(root) if reads_order(n) for child in n.children()]
+
+
+def _order_kept_below(start: list[Node]) -> set[int]:
+    """``start`` and, below an order-keeping node among them, its inputs, down to the nodes
+    that decide their own order (a limit over a sort: the sort decides); a join keeps its left
+    input's order when it says so (a cross join always: Polars pairs each left row with every
+    right one; ``x - x.mean()`` over a window's result lost the window's order), so its left
+    input's order shows too, as a window below it would otherwise hand it rows in its
+    partitions' order."""
     seen: set[int] = set()
-    stack = [root, *(child for n in walk(root) if reads_order(n) for child in n.children())]
+    stack = list(start)
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -651,7 +690,7 @@ def order_seen(root: Node) -> set[int]:
         seen.add(id(node))
         if isinstance(node, ORDER_KEEPING) and not (isinstance(node, Limit) and isinstance(node.input, Sort)):
             stack.extend(node.children())
-        elif isinstance(node, Join) and node.how == "cross":
+        elif isinstance(node, Join) and node.keeps_left_order():
             stack.append(node.left)
     return seen
 

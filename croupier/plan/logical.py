@@ -19,10 +19,13 @@ only (:func:`croupier.plan.lower.lower`); they are what physical planning must r
                 ``input.select(aggs)``: exactly one row, even on empty input. An aggregation
                 may be an expression over aggregations (``sum(a) / sum(b)``); see
                 :meth:`Aggregate.lower` for how it runs in partial and final steps
-``Join``        ``left.join(right, left_on, right_on, how, suffix, coalesce)`` for ``how`` in
-                inner, left, right, full, semi, anti, and ``left.join(right, how="cross")``.
+``Join``        ``left.join(right, left_on, right_on, how, suffix, coalesce, maintain_order)``
+                for ``how`` in inner, left, right, full, semi, anti, and
+                ``left.join(right, how="cross")`` (rows in the left input's order).
                 Keys are column names of types Polars joins (equal, or integers of
-                any width); a null key matches nothing, or, ``nulls_equal``, a null key
+                any width); a null key matches nothing, or, ``nulls_equal``, a null key.
+                ``maintain_order`` "left" (inner, left, semi, anti): rows in the left
+                input's order, as the filter an ``is_in`` subquery comes from keeps them
 ``Sort``        ``input.sort(by, descending, nulls_last, maintain_order=True)``; ``nulls_last``
                 is one flag or one per key
 ``Limit``       ``input.slice(offset, n)`` (``head(n)`` when offset is 0; ``tail(n)`` from the end)
@@ -61,6 +64,9 @@ from croupier.plan.inference import empty, infer_cached
 from croupier.plan.partial import LoweredAgg, agg_output_names, lower_aggregate, validate_aggs
 
 JOIN_HOWS = ("inner", "left", "right", "full", "semi", "anti", "cross")
+#: The row orders a join may be asked to keep (Polars' ``maintain_order``; the engine keeps none
+#: or the left input's).
+MAINTAIN_ORDERS = ("none", "left")
 
 
 def for_schema(expr: Expr) -> Expr:
@@ -257,7 +263,9 @@ class Aggregate(Node):
 @dataclass(eq=False)
 class Join(Node):
     """``left.join(right, ...)``; ``coalesce`` None means Polars' default (True except for full);
-    ``nulls_equal``: a null key matches a null key (else it matches nothing)."""
+    ``nulls_equal``: a null key matches a null key (else it matches nothing); ``maintain_order``
+    as Polars' ("none": any row order; "left": the left input's, which the physical planner keeps
+    where a node above reads it, :func:`croupier.plan.compile.order_read`)."""
 
     left: Node
     right: Node
@@ -267,10 +275,12 @@ class Join(Node):
     suffix: str = "_right"
     coalesce: bool | None = None
     nulls_equal: bool = False
+    maintain_order: str = "none"
 
     def __post_init__(self) -> None:
         if self.how not in JOIN_HOWS:
             raise ConfigError(f"join how must be one of {JOIN_HOWS}, got {self.how!r}")
+        self._check_maintain_order()
         if self.how == "cross":
             if self.left_on or self.right_on:
                 raise ConfigError("a cross join takes no keys")
@@ -280,29 +290,47 @@ class Join(Node):
             missing = set(keys) - set(schema)
             if missing:
                 raise ConfigError(f"join: {side} side has no column(s) {sorted(missing)}; its columns are {list(schema)}")
-        how = (self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal)
+        how = (self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal, self.maintain_order)
         self.schema = infer_cached("join", lambda: self.to_polars(empty(self.left.schema).lazy(), empty(self.right.schema).lazy()).collect(), "join", (self.left.schema, self.right.schema), (), how)
 
     def to_polars(self, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
         """This join in Polars, of the Polars frames of its inputs."""
         if self.how == "cross":
             return left.join(right, how="cross", suffix=self.suffix)
-        return left.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce, nulls_equal=self.nulls_equal)  # type: ignore[arg-type]
+        return left.join(right, left_on=list(self.left_on), right_on=list(self.right_on), how=self.how, suffix=self.suffix, coalesce=self.coalesce, nulls_equal=self.nulls_equal, maintain_order=self.maintain_order)  # type: ignore[arg-type]
 
-    def operator(self, side: str) -> HashJoin:
-        return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal)
+    def _check_maintain_order(self) -> None:
+        """Refuse an order the engine cannot keep: the left input's is kept only where the left
+        side is the stream the build side is joined to (inner, left, semi and anti joins)."""
+        if self.maintain_order not in MAINTAIN_ORDERS:
+            raise ConfigError(f"join maintain_order must be one of {MAINTAIN_ORDERS}, got {self.maintain_order!r}")
+        if self.maintain_order == "left" and self.how not in ("inner", "left", "semi", "anti"):
+            raise ConfigError(f"join maintain_order='left' is supported for inner, left, semi and anti joins, not {self.how!r}; sort the result instead")
+
+    def keeps_left_order(self) -> bool:
+        """Whether the join's rows come in its left input's order: a cross join's always (each
+        left row paired with every right one, as Polars pairs them), others' when asked to."""
+        return self.how == "cross" or self.maintain_order == "left"
+
+    def operator(self, side: str, keep_order: bool = False) -> HashJoin:
+        """The operator joining a task's (left) rows with the side input ``side``; in their order
+        only with ``keep_order`` (the planner asks for it where this join keeps its left order and
+        a node above reads it: Polars' left join of 3M rows with 3,000 keys took 0.14 s keeping
+        it, 0.05 s not)."""
+        return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal, "left" if keep_order else "none")
 
     def children(self) -> tuple[Node, ...]:
         return (self.left, self.right)
 
     def with_children(self, children: tuple[Node, ...]) -> Node:
-        return Join(children[0], children[1], self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal)
+        return Join(children[0], children[1], self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal, self.maintain_order)
 
     def label(self) -> str:
         if self.how == "cross":
             return "cross join"
         on = ", ".join(f"{a}={b}" for a, b in zip(self.left_on, self.right_on))
-        return f"{self.how} join on {on}" + ("" if self.coalesce is None else f" coalesce={self.coalesce}") + (" nulls equal" if self.nulls_equal else "")
+        order = "" if self.maintain_order == "none" else f" in {self.maintain_order} order"
+        return f"{self.how} join on {on}" + ("" if self.coalesce is None else f" coalesce={self.coalesce}") + (" nulls equal" if self.nulls_equal else "") + order
 
 
 @dataclass(eq=False)
