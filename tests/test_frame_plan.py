@@ -17,7 +17,7 @@ from croupier.dag.scan import ScanSpec
 from croupier.errors import ConfigError
 from croupier.frame import LazyFrame, col, count
 from croupier.expr import Unary
-from croupier.plan.compile import order_read
+from croupier.plan.compile import order_seen
 from croupier.plan.logical import Aggregate, Filter, Join, Node, Project, Scan, walk
 from croupier.plan.optimize import optimize
 
@@ -132,18 +132,18 @@ def test_bad_plans_fail_when_built() -> None:
 
 def test_an_is_in_filter_is_a_semi_join_in_left_order_kept_only_where_read() -> None:
     """``filter(x.is_in(frame))`` lowers to a semi join (an anti join negated) that keeps its left
-    input's order, as the filter does; the planner keeps it only where a node above reads the
-    order (a head, first/last), not for a plain query or a sum; a join cannot be asked to keep
-    an order the engine does not keep."""
+    input's order, as the filter does; the planner keeps it where that order shows (the result
+    of a plain query, a head, first/last), not under a sum; a join cannot be asked to keep an
+    order the engine does not keep."""
     orders, customer = _frame("orders", ORDERS), _frame("customer", CUSTOMER)
     keys = customer.filter(col("c_nation") == 3).select("c_custkey")
     for hit in (col("o_custkey").is_in(keys), ~col("o_custkey").is_in(keys)):
         q = orders.filter(hit)
-        for query, read in ((q, False), (q.head(5), True), (q.group_by("o_date").agg(col("o_price").first()), True), (q.group_by("o_date").agg(col("o_price").sum()), False)):
+        for query, read in ((q, True), (q.head(5), True), (q.group_by("o_date").agg(col("o_price").first()), True), (q.group_by("o_date").agg(col("o_price").sum()), False)):
             plan = optimize(query._node)
             (join,) = [n for n in walk(plan) if isinstance(n, Join)]
             assert (join.how, join.maintain_order) == ("anti" if isinstance(hit, Unary) else "semi", "left")
-            assert (id(join) in order_read(plan)) == read, plan.tree()
+            assert (id(join) in order_seen(plan)) == read, plan.tree()
     with pytest.raises(ConfigError, match="maintain_order='left' is supported for inner, left, semi and anti joins"):
         Join(orders._node, customer._node, ("o_custkey",), ("c_custkey",), "full", maintain_order="left")
     with pytest.raises(ConfigError, match="maintain_order must be one of"):

@@ -204,12 +204,15 @@ def _is_in(table: Path, wanted: Path, config: Config, negated: bool) -> tuple[cf
 def test_head_and_tail_after_an_is_in_filter_are_its_first_and_last_rows(table: Path, wanted: Path, config: Config, negated: bool) -> None:
     """A filter on ``is_in(frame)`` is a semi join (an anti join negated), which hands on its rows
     in partition order when shuffled: a head or tail above it has them tagged before the exchange
-    and sorted back after it, as Polars' filter keeps its input's order; a plain query is not."""
+    and sorted back after it, as Polars' filter keeps its input's order; so has the plain query's
+    result, and an aggregation over it is not."""
     lf, pf = _is_in(table, wanted, config, negated)
     assert_same(lf.head(25).collect(), pf.head(25).collect(), ordered=True)
     assert_same(lf.tail(25).collect(), pf.tail(25).collect(), ordered=True)
+    assert_same(lf.collect(), pf.collect(), ordered=True)
     assert "tag rows with their input position" in lf.head(25).explain()
-    assert "tag rows with their input position" not in lf.explain()
+    assert "tag rows with their input position" in lf.explain()
+    assert "tag rows with their input position" not in lf.group_by("g").agg(col("i").sum()).explain()
 
 
 @pytest.mark.parametrize("negated", [False, True], ids=["is_in", "not_is_in"])

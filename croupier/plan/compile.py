@@ -110,7 +110,6 @@ class Compiler:
         self._ids = itertools.count(1)
         self._shared: dict[int, int] | None = None
         self._order_seen: set[int] = set()
-        self._order_read: set[int] = set()
         self._materialized: dict[int, Stage] = {}
         #: semi-join reductions to apply where a scan is compiled: id(scan) -> (the stage whose rows
         #: the scan's rows must match, the scan's key columns, that stage's key columns)
@@ -144,7 +143,6 @@ class Compiler:
         if self._shared is None:
             self._shared = shared_nodes(node)
             self._order_seen = order_seen(node)
-            self._order_read = order_read(node)
         if id(node) in self._shared:
             if id(node) not in self._materialized:
                 self._materialized[id(node)] = self.stage(self._compile_node(node), ExchangeSink(SinglePartitioning()), "shared")
@@ -248,11 +246,12 @@ class Compiler:
     def _left_order_read(self, node: Join) -> bool:
         """Whether ``node``'s rows must come in its left input's order: it says so
         (``maintain_order="left"``: a semi or anti join from ``is_in``, which Polars runs as a
-        filter) and a node above reads that order (:func:`order_read`: a head, first/last,
-        ``maintain_order``...). Then a broadcast join keeps each task's rows in order, and a
-        shuffled one tags its left rows before the exchange and sorts them back after it; else
-        the rows come as they come (plain queries pay nothing)."""
-        return node.maintain_order == "left" and id(node) in self._order_read
+        filter) and that order shows (:func:`order_seen`: in the result, or to a node above that
+        reads it: a head, first/last, ``maintain_order``...), as a window's does. Then a
+        broadcast join keeps each task's rows in order, and a shuffled one tags its left rows
+        before the exchange and sorts them back after it; else (under an aggregation, a sort)
+        the rows come as they come."""
+        return node.maintain_order == "left" and id(node) in self._order_seen
 
     def _left_first(self, node: Join) -> bool:
         """Whether to run the left side of a join first, as its build side: for an inner join,
@@ -653,20 +652,12 @@ ORDER_KEEPING = (Filter, Project, Window, Limit, Union, Tagged)
 
 
 def order_seen(root: Node) -> set[int]:
-    """Nodes (by identity) whose output row order shows in the result: the root and the nodes
-    whose order is read (:func:`order_read`), and below them what keeps its input's order
-    (:func:`_order_kept_below`)."""
+    """Nodes (by identity) whose output row order shows in the result: the root and the inputs
+    of a node that picks rows or values by their order (:func:`reads_order`: a row tag, a head
+    or tail, first/last, a running or positional window function), and below them what keeps its
+    input's order (:func:`_order_kept_below`). A shuffled window, or join that keeps its left
+    input's order (an ``is_in`` filter's semi join), sorts its rows back only for these."""
     return _order_kept_below([root, *_order_readers_inputs(root)])
-
-
-def order_read(root: Node) -> set[int]:
-    """Nodes (by identity) whose output row order a node above them reads: the inputs of a node
-    that picks rows or values by their order (:func:`reads_order`: a row tag, a head or tail,
-    first/last, a running or positional window function) and, below them, what keeps its
-    input's order. Their order matters whatever becomes of the readers' own; the root's order
-    alone (which :func:`order_seen` adds) is not read. A shuffled join that keeps its left
-    input's order (an ``is_in`` filter's semi join) sorts its rows back only for these."""
-    return _order_kept_below(_order_readers_inputs(root))
 
 
 def _order_readers_inputs(root: Node) -> list[Node]:

@@ -265,7 +265,7 @@ class Join(Node):
     """``left.join(right, ...)``; ``coalesce`` None means Polars' default (True except for full);
     ``nulls_equal``: a null key matches a null key (else it matches nothing); ``maintain_order``
     as Polars' ("none": any row order; "left": the left input's, which the physical planner keeps
-    where a node above reads it, :func:`croupier.plan.compile.order_read`)."""
+    where it shows, :func:`croupier.plan.compile.order_seen`)."""
 
     left: Node
     right: Node
