@@ -327,11 +327,13 @@ def yearweek(t: ExprTranslator, e: exp.Anonymous) -> Expr:
 
 
 def _integer_literal(e: exp.Expr) -> int | None:
-    """The value of an integer constant as written (``3``, ``-3``, ``(3)``), else None."""
+    """The value of an integer constant as the query wrote it (``3``, ``-3``, ``(3)``), else
+    None. One sqlglot folded (``(1 + 2)``: a literal without the parser's position) is not one
+    to DuckDB: it is an INTEGER expression."""
     value = e.this if isinstance(e, exp.Paren) else e
     negative = isinstance(value, exp.Neg)
     value = value.this if negative else value
-    if isinstance(value, exp.Literal) and not value.is_string and value.this.lstrip("-").isdigit():
+    if isinstance(value, exp.Literal) and "start" in value.meta and not value.is_string and value.this.lstrip("-").isdigit():
         return -int(value.this) if negative else int(value.this)
     return None
 
