@@ -9,15 +9,23 @@ Its *kind* tells the planner where it can run:
   ``shift``, ``int_range``). Runs in a window node, over a whole partition (``.over(...)``) or over
   the whole frame.
 
-Every translation is the Polars call of the same name, so the semantics are Polars'.
+Every translation is the Polars call of the same name, so the semantics are Polars'; except the
+DuckDB functions Polars has no call for (``split_part``, ``ascii``, ``translate``, the shifts,
+``even``, ``yearweek``...), built from Polars calls with DuckDB's semantics, and the few no
+Polars calls can compute (``gcd``, ``lcm``: numpy; ``md5``: hashlib), which run as Python on
+each batch of rows. Where DuckDB raises an error on some rows (a left shift past its type) they
+raise Polars' InvalidOperationError too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
+import numpy as np
 import polars as pl
 
 ROW = "row"
@@ -64,6 +72,154 @@ def _split_part(e: pl.Expr, sep: str, index: int) -> pl.Expr:
     return pl.when(e.is_not_null()).then(part.fill_null(""))
 
 
+def _ascii(e: pl.Expr) -> pl.Expr:
+    """DuckDB's ``ascii``: the first character's Unicode code point as INTEGER (0 for '', null
+    for null). Polars has no code-point function: the character's UTF-8 bytes, read in hex as
+    one big-endian number, are decoded by arithmetic (a '0' in front makes '' read as 0)."""
+    first = e.str.head(1)
+    size = first.str.len_bytes()
+    value = pl.concat_str([pl.lit("0"), first.str.encode("hex")]).str.to_integer(base=16).cast(pl.Int64)
+
+    def byte(i: int, keep: int) -> pl.Expr:
+        """The ``i``-th byte from the right, its low bits below ``keep``."""
+        return (value // 256**i) % keep
+
+    two = byte(1, 32) * 64 + byte(0, 64)
+    three = byte(2, 16) * 4096 + byte(1, 64) * 64 + byte(0, 64)
+    four = byte(3, 8) * 262144 + byte(2, 64) * 4096 + byte(1, 64) * 64 + byte(0, 64)
+    return pl.when(size <= 1).then(value).when(size == 2).then(two).when(size == 3).then(three).otherwise(four).cast(pl.Int32)
+
+
+def translation(source: str, target: str) -> dict[str, str]:
+    """``translate``'s map of characters: the i-th character of ``source`` to the i-th of
+    ``target``, to nothing past its end; a character given twice keeps its first (DuckDB's)."""
+    out: dict[str, str] = {}
+    for i, ch in enumerate(source):
+        out.setdefault(ch, target[i] if i < len(target) else "")
+    return out
+
+
+def _translate(e: pl.Expr, source: str, target: str) -> pl.Expr:
+    """DuckDB's ``translate(s, source, target)``: every character of ``source`` replaced in one
+    pass (a replaced character is not replaced again)."""
+    mapping = translation(source, target)
+    return e.str.replace_many(list(mapping), list(mapping.values())) if mapping else e
+
+
+def _even(e: pl.Expr) -> pl.Expr:
+    """DuckDB's ``even`` of a double: rounded away from zero to the next even integer, as its
+    kernel computes it (so -0.0 stays -0.0 and NaN stays NaN)."""
+    up = pl.when(e >= 0).then(e.ceil()).otherwise(-((-e).ceil()))
+    odd = (up / 2).floor() * 2 != up
+    return pl.when(odd).then(pl.when(e >= 0).then(up + 1).otherwise(up - 1)).otherwise(up)
+
+
+def _raise_where(message: str, columns: list[pl.Series]) -> pl.Series:
+    """The first column, or an InvalidOperationError saying ``message`` where the second (a
+    boolean column) holds for some row."""
+    if columns[1].any():
+        raise pl.exceptions.InvalidOperationError(message)
+    return columns[0]
+
+
+def _failing(value: pl.Expr, bad: pl.Expr, dtype: pl.DataType, message: str) -> pl.Expr:
+    """``value`` (of ``dtype``), failing with ``message`` where ``bad`` holds: DuckDB's errors
+    of single rows (Polars has no expression that raises). The error is InvalidOperationError,
+    one a task is not tried again for: the same rows fail again."""
+    return pl.map_batches([value, bad.fill_null(False)], partial(_raise_where, message), return_dtype=dtype, is_elementwise=True)
+
+
+#: The largest BIGINT: a gcd or lcm beyond it fails, as DuckDB's does.
+_INT64_MAX = np.uint64(2**63 - 1)
+
+
+def _magnitudes(columns: list[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
+    """Two BIGINT columns' absolute values as UInt64 (exact, -2**63 too), a null as 0."""
+    a, b = (np.abs(c.fill_null(0).to_numpy().astype(np.int64)).view(np.uint64) for c in columns)
+    return a, b
+
+
+def _gcd_batch(columns: list[pl.Series]) -> pl.Series:
+    """The greatest common divisors of two BIGINT columns (gcd(0, 0) = 0), failing where it is
+    2**63 (DuckDB's abs(-2**63) overflows)."""
+    out = np.gcd(*_magnitudes(columns))
+    if (out > _INT64_MAX).any():
+        raise pl.exceptions.InvalidOperationError("gcd: Overflow on abs(-9223372036854775808) (DuckDB raises it too)")
+    return pl.Series(out.astype(np.int64))
+
+
+def _lcm_batch(columns: list[pl.Series]) -> pl.Series:
+    """The least common multiples of two BIGINT columns (0 where either is 0), failing where one
+    leaves BIGINT, as DuckDB's does."""
+    a, b = _magnitudes(columns)
+    zero = (a == 0) | (b == 0)
+    factor = np.where(zero, 1, b // np.where(zero, 1, np.gcd(a, b)))
+    if (~zero & (a > _INT64_MAX // factor)).any():
+        raise pl.exceptions.InvalidOperationError("lcm value is out of range (DuckDB raises it too)")
+    return pl.Series(np.where(zero, 0, a * factor).astype(np.int64))
+
+
+def _pairwise(batch: Callable[[list[pl.Series]], pl.Series], a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """``batch`` of two BIGINT columns, row by row; null where either is null."""
+    both = a.is_not_null() & b.is_not_null()
+    out = pl.map_batches([a.cast(pl.Int64), b.cast(pl.Int64)], batch, return_dtype=pl.Int64, is_elementwise=True)
+    return pl.when(both).then(out)
+
+
+def _md5_batch(s: pl.Series) -> pl.Series:
+    """The MD5 digests (hex) of a string column's UTF-8 bytes; null for null."""
+    return pl.Series([None if v is None else hashlib.md5(v.encode()).hexdigest() for v in s], dtype=pl.String)
+
+
+#: Integer dtypes' widths in bits.
+INTEGER_BITS = {pl.Int8: 8, pl.Int16: 16, pl.Int32: 32, pl.Int64: 64, pl.UInt8: 8, pl.UInt16: 16, pl.UInt32: 32, pl.UInt64: 64}
+
+
+def _power_of_two(n: pl.Expr, most: int) -> pl.Expr:
+    """2 ** n as Int128, n taken at least 0 and at most ``most`` (<= 64)."""
+    return pl.lit(2, pl.Int128).pow(n.clip(0, most).cast(pl.UInt32))
+
+
+def _shift_left(x: pl.Expr, n: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """DuckDB's ``x << n`` in the integer type ``dtype``: x times 2**n (computed in Int128),
+    failing where DuckDB raises an error: a negative x or n, or a result past the type (0
+    shifts to 0 however far)."""
+    bits = INTEGER_BITS[type(dtype)]
+    wide, k = x.cast(pl.Int128), n.cast(pl.Int64)
+    out = wide * _power_of_two(k, bits)
+    most = 2 ** (bits - 1) - 1 if dtype.is_signed_integer() else 2**bits - 1
+    bad = (wide < 0) | (k < 0) | ((wide != 0) & ((k >= bits) | (out > most)))
+    value = pl.when(bad).then(pl.lit(0, pl.Int128)).otherwise(out).cast(dtype)
+    return _failing(value, bad, dtype, "Out of Range Error: a left shift of a negative number, by a negative number or past its type (DuckDB raises it too)")
+
+
+def _shift_right(x: pl.Expr, n: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """DuckDB's ``x >> n`` in the integer type ``dtype``: x divided by 2**n rounding down (an
+    arithmetic shift), 0 where n is negative or not below the type's width."""
+    bits = INTEGER_BITS[type(dtype)]
+    k = n.cast(pl.Int64)
+    shifted = x.cast(pl.Int128) // _power_of_two(k, bits - 1)
+    out = pl.when(x.is_not_null() & ((k < 0) | (k >= bits))).then(pl.lit(0, pl.Int128)).otherwise(shifted)
+    return out.cast(dtype)
+
+
+def _string_split(e: pl.Expr, sep: str | None) -> pl.Expr:
+    """DuckDB's ``string_split``: the parts between separators ('' between two in a row), one
+    per character on an empty separator, the string whole on a NULL one; '' is [''], null null."""
+    whole = pl.concat_list([e])
+    if sep is None:
+        return pl.when(e.is_not_null()).then(whole)
+    parts = e.str.split(sep)
+    return pl.when(e.str.len_bytes() == 0).then(whole).otherwise(parts) if sep == "" else parts
+
+
+def _yearweek(e: pl.Expr) -> pl.Expr:
+    """DuckDB's ``yearweek``: the ISO year times 100 plus the ISO week, the week subtracted in
+    years up to 0 (as DuckDB: 0 BC's week 52 is -52)."""
+    year, week = e.dt.iso_year().cast(pl.Int64), e.dt.week().cast(pl.Int64)
+    return year * 100 + pl.when(year > 0).then(week).otherwise(-week)
+
+
 def _int_range(start: pl.Expr, end: pl.Expr, step: int, dtype: Any) -> pl.Expr:
     return pl.int_range(start, end, step, dtype=dtype)
 
@@ -100,6 +256,16 @@ FUNCTIONS: dict[str, Function] = {
     "sum_horizontal": Function(ROW, lambda es: pl.sum_horizontal(es), method=False, variadic=True),
     "clip": Function(ROW, lambda e, lower, upper: e.clip(lower, upper)),
     "min_horizontal": Function(ROW, lambda es: pl.min_horizontal(es), method=False, variadic=True),
+    "even": Function(ROW, _even),
+    "gcd": Function(ROW, lambda a, b: _pairwise(_gcd_batch, a, b), method=False),
+    "lcm": Function(ROW, lambda a, b: _pairwise(_lcm_batch, a, b), method=False),
+    "bit_count": Function(ROW, lambda e: e.bitwise_count_ones()),
+    "bitwise_and": Function(ROW, lambda a, b: a & b),
+    "bitwise_or": Function(ROW, lambda a, b: a | b),
+    "bitwise_xor": Function(ROW, lambda a, b: a ^ b),
+    "bitwise_not": Function(ROW, lambda e: ~e),
+    "shift_left": Function(ROW, _shift_left),
+    "shift_right": Function(ROW, _shift_right),
     # strings
     "contains": Function(ROW, lambda e, s, literal: e.str.contains(s, literal=literal)),
     "starts_with": Function(ROW, lambda e, s: e.str.starts_with(s)),
@@ -120,11 +286,16 @@ FUNCTIONS: dict[str, Function] = {
     "regex_replace": Function(ROW, lambda e, pattern, value, every: e.str.replace_all(pattern, value) if every else e.str.replace(pattern, value, n=1)),
     "regex_extract": Function(ROW, lambda e, pattern, group: pl.when(e.is_not_null()).then(e.str.extract(pattern, group).fill_null(""))),
     "split_part": Function(ROW, lambda e, sep, index: _split_part(e, sep, index)),
+    "string_split": Function(ROW, _string_split),
+    "ascii": Function(ROW, _ascii),
+    "translate": Function(ROW, _translate),
+    "md5": Function(ROW, lambda e: e.map_batches(_md5_batch, return_dtype=pl.String, is_elementwise=True)),
     "repeat": Function(ROW, lambda e, n: pl.concat_str([e] * n) if n > 0 else pl.when(e.is_not_null()).then(pl.lit(""))),
     "find": Function(ROW, lambda e, s: e.str.find(s, literal=True)),
     "head": Function(ROW, lambda e, n: e.str.head(n)),
     "tail": Function(ROW, lambda e, n: e.str.tail(n)),
     "struct": Function(ROW, lambda es: pl.struct(es), method=False, variadic=True),
+    "concat_list": Function(ROW, lambda es: pl.concat_list(es), method=False, variadic=True),
     "concat_str": Function(ROW, lambda es, separator="", ignore_nulls=False: pl.concat_str(es, separator=separator, ignore_nulls=ignore_nulls), method=False, variadic=True),
     # dates
     "year": Function(ROW, lambda e: e.dt.year()),
@@ -134,6 +305,7 @@ FUNCTIONS: dict[str, Function] = {
     "weekday": Function(ROW, lambda e: e.dt.weekday()),
     "ordinal_day": Function(ROW, lambda e: e.dt.ordinal_day()),
     "week": Function(ROW, lambda e: e.dt.week()),
+    "yearweek": Function(ROW, _yearweek),
     "offset_by": Function(ROW, lambda e, by: e.dt.offset_by(by)),
     "truncate": Function(ROW, lambda e, every: e.dt.truncate(every)),
     "total_days": Function(ROW, lambda e: e.dt.total_days()),

@@ -392,7 +392,8 @@ def output_names(tree: exp.Expr, schemas: dict[str, pl.Schema], text: str) -> li
 
 
 _OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "//", exp.DPipe: "||",
-        exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR"}  # fmt: skip
+        exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR",
+        exp.BitwiseAnd: "&", exp.BitwiseOr: "|", exp.BitwiseLeftShift: "<<", exp.BitwiseRightShift: ">>"}  # fmt: skip
 #: DuckDB (1.5) keywords that are also function names: a column named after a call of one quotes
 #: it (``"year"(d)``); the three its parser reads as special forms name the schema too.
 KEYWORD_FUNCTIONS = frozenset(
@@ -453,6 +454,12 @@ class _Namer:
             return f"main.date_part('{e.this.name.lower()}', {self(e.expression)})"
         if isinstance(e, exp.GroupConcat):
             return self._string_agg(e)
+        if isinstance(e, exp.BitwiseNot):
+            return f"~({self(e.this)})"
+        if isinstance(e, exp.BitwiseXor):
+            return f"xor({self(e.left)}, {self(e.right)})"
+        if isinstance(e, exp.Array) and not self._written(e):  # [a, b]
+            return f"main.list_value({', '.join(self(a) for a in e.expressions)})"
         if isinstance(e, exp.Neg):  # (a negative number is one constant to DuckDB)
             return f"-{self(e.this)}" if isinstance(e.this, exp.Literal) and not e.this.is_string else f"-({self(e.this)})"
         if isinstance(e, exp.DateDiff):  # (this: the end, expression: the start)

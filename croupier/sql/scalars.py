@@ -13,6 +13,18 @@
   year), as DuckDB does; ``trunc`` rounds toward zero.
 * ``regexp_matches`` searches anywhere in the string (RE2 and Rust's regex read common patterns
   alike); ``contains``, ``starts_with``, ``ends_with`` and ``replace`` take their text literally.
+* ``&``, ``|``, ``xor``, ``~``, ``<<``, ``>>`` compute in DuckDB's type for their integers (an
+  integer constant takes the other operand's type where it fits: ``b & 3`` of a TINYINT is
+  TINYINT); ``<<`` fails where DuckDB raises (a negative operand, a result past the type),
+  ``>>`` is arithmetic and 0 past the type's width. ``gcd``/``lcm`` are BIGINT, ``bit_count``
+  TINYINT (a negative number's two's complement bits), ``even`` DOUBLE.
+* ``string_split`` (``str_split``, ``string_to_array``, ``split``) and ``list_value`` (``[a, b]``)
+  answer lists; ``list_value`` of mixed types only where DuckDB's common type is clear (numbers,
+  dates with timestamps).
+* ``ascii`` is the first character's code point; ``translate`` and ``md5`` as DuckDB's;
+  ``yearweek`` is the ISO year and week. ``format`` takes ``{}``/``{N}`` fields and ``printf``
+  ``%s``/``%d`` of strings, integers and booleans, which Polars writes as DuckDB does; format
+  specifications, printf's flags and widths, and floats (fmt writes them its own way) are refused.
 
 Constant arguments (patterns, formats, lengths, bases) must be literals: Croupier's functions take
 them as constants.
@@ -28,8 +40,10 @@ import polars as pl
 from sqlglot import exp
 
 from croupier.errors import ConfigError
-from croupier.expr import Expr, Func, lit, when
+from croupier.expr import Expr, Func, Lit, concat_str, lit, when
+from croupier.expr.functions import INTEGER_BITS, translation
 from croupier.sql.parse import sql_text
+from croupier.sql.scope import supertype
 
 if TYPE_CHECKING:
     from croupier.sql.exprs import ExprTranslator
@@ -229,6 +243,316 @@ def make_date(t: ExprTranslator, e: exp.Expr) -> Expr:
     return Func("make_date", tuple(t(p) for p in parts), ())
 
 
+# --- DuckDB's functions of strings, numbers and dates that Polars lacks ------------------------------
+
+
+def _typed(t: ExprTranslator, e: exp.Expr, accepts: Callable[[pl.DataType], bool], what: str, whole: exp.Expr) -> tuple[Expr, pl.DataType]:
+    """An argument translated, and its dtype; a ConfigError where DuckDB has no such function of
+    it (``what`` says which it has). NULL passes: it is of every type."""
+    x = t(e)
+    dtype = t.dtype(x)
+    if dtype != pl.Null and not accepts(dtype):
+        raise ConfigError(f"SQL: {sql_text(whole)}: {what}, not of {dtype}")
+    return x, dtype
+
+
+def _text(t: ExprTranslator, e: exp.Expr, whole: exp.Expr) -> Expr:
+    """A string argument (NULL as a null string)."""
+    x, dtype = _typed(t, e, lambda d: d == pl.String, "takes strings", whole)
+    return x.cast(pl.String) if dtype == pl.Null else x
+
+
+def _arguments(e: exp.Anonymous, n: int) -> list[exp.Expr]:
+    """The ``n`` arguments of a function sqlglot does not know, or a ConfigError."""
+    if len(e.expressions) != n:
+        raise ConfigError(f"SQL: {sql_text(e)}: {e.name.lower()} takes {n} argument{'s' if n > 1 else ''}")
+    return list(e.expressions)
+
+
+def _null_or_text(e: exp.Expr | None, what: str, whole: exp.Expr) -> str | None:
+    """A constant string argument, None for NULL."""
+    return None if isinstance(e, exp.Null) else constant(e, str, what, whole)
+
+
+def translate(t: ExprTranslator, e: exp.Translate) -> Expr:
+    """``translate(s, from, to)``: each character of ``from`` replaced by the one at its place in
+    ``to`` (removed past its end); NULL where any argument is."""
+    s = _text(t, e.this, e)
+    source, target = (_null_or_text(e.args.get(k), f"the {k.rstrip('_')} characters", e) for k in ("from_", "to"))
+    if source is None or target is None:
+        return Lit(None, pl.String())
+    return Func("translate", (s,), (source, target)) if translation(source, target) else s
+
+
+def string_split(t: ExprTranslator, e: exp.Split) -> Expr:
+    """``string_split(s, sep)`` (``str_split``, ``string_to_array``, ``split``): VARCHAR[]."""
+    if e.args.get("limit") is not None:
+        raise ConfigError(f"SQL: {sql_text(e)}: string_split takes a string and a separator")
+    return Func("string_split", (_text(t, e.this, e),), (_null_or_text(e.expression, "the separator", e),))
+
+
+def even(t: ExprTranslator, e: exp.Anonymous) -> Expr:
+    """``even(x)``: DOUBLE, away from zero to the next even integer."""
+    (arg,) = _arguments(e, 1)
+    x, _ = _typed(t, arg, lambda d: d.is_numeric(), "takes numbers", e)
+    return Func("even", (x.cast(pl.Float64),), ())
+
+
+def _divisors(fn: str) -> Callable[[ExprTranslator, exp.Anonymous], Expr]:
+    """``gcd(a, b)`` / ``lcm(a, b)`` (also ``greatest_common_divisor`` and
+    ``least_common_multiple``) of integers: BIGINT (DuckDB's HUGEINT of UBIGINT is refused)."""
+
+    def translate_(t: ExprTranslator, e: exp.Anonymous) -> Expr:
+        a, b = (_typed(t, x, lambda d: d.is_integer() and d != pl.UInt64, "takes integers (not UBIGINT)", e)[0] for x in _arguments(e, 2))
+        return Func(fn, (a.cast(pl.Int64), b.cast(pl.Int64)), ())
+
+    return translate_
+
+
+def bit_count(t: ExprTranslator, e: exp.Anonymous) -> Expr:
+    """``bit_count(x)``: the set bits of an integer in its type's width (-1 of an INTEGER: 32), TINYINT."""
+    (arg,) = _arguments(e, 1)
+    (x,), _ = _common_integer(t, [arg], e)
+    return Func("bit_count", (x,), ()).cast(pl.Int8)
+
+
+def yearweek(t: ExprTranslator, e: exp.Anonymous) -> Expr:
+    """``yearweek(d)``: the ISO year times 100 plus the ISO week, BIGINT (of a bare NULL
+    refused, as DuckDB cannot tell which yearweek it is)."""
+    (arg,) = _arguments(e, 1)
+    x, dtype = _typed(t, arg, lambda d: d in (pl.Date, pl.Datetime), "takes dates or timestamps", e)
+    if dtype == pl.Null:
+        raise ConfigError(f"SQL: {sql_text(e)}: yearweek of NULL: cast it to a DATE")
+    return Func("yearweek", (x,), ())
+
+
+def _integer_literal(e: exp.Expr) -> int | None:
+    """The value of an integer constant as the query wrote it (``3``, ``-3``, ``(3)``), else
+    None. One sqlglot folded (``(1 + 2)``: a literal without the parser's position) is not one
+    to DuckDB: it is an INTEGER expression."""
+    value = e.this if isinstance(e, exp.Paren) else e
+    negative = isinstance(value, exp.Neg)
+    value = value.this if negative else value
+    if isinstance(value, exp.Literal) and "start" in value.meta and not value.is_string and value.this.lstrip("-").isdigit():
+        return -int(value.this) if negative else int(value.this)
+    return None
+
+
+def _fits(value: int, dtype: pl.DataType) -> bool:
+    """Whether the integer ``value`` is in ``dtype``'s range."""
+    bits = INTEGER_BITS[type(dtype)]
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if dtype.is_signed_integer() else (0, 2**bits - 1)
+    return low <= value <= high
+
+
+def _common_integer(t: ExprTranslator, args: list[exp.Expr], whole: exp.Expr) -> tuple[list[Expr], pl.DataType]:
+    """Integer arguments translated and cast to the type DuckDB computes them in: the widest of
+    their types, where an integer constant takes that type when it fits in it (``b & 3`` of a
+    TINYINT b is TINYINT, ``b & 300`` INTEGER); constants alone are INTEGER (BIGINT past it),
+    NULL alone BIGINT. Unsigned types mixed with signed ones are refused (DuckDB's choice there
+    is its own)."""
+    exprs = [t(a) for a in args]
+    literals = [_integer_literal(a) for a in args]
+    typed = [t.dtype(x) for x, v in zip(exprs, literals) if v is None]
+    typed = [d for d in typed if d != pl.Null]
+    if any(not d.is_integer() for d in typed):
+        raise ConfigError(f"SQL: {sql_text(whole)}: takes integers, not {[str(d) for d in typed if not d.is_integer()]}")
+    if len({d.is_signed_integer() for d in typed}) > 1:
+        raise ConfigError(f"SQL: {sql_text(whole)}: signed and unsigned integers together are not supported")
+    common: pl.DataType | None = None
+    for d in typed:
+        common = d if common is None else supertype(common, d)
+    for v in literals:
+        if v is not None and (common is None or not _fits(v, common)):
+            if common is not None and common.is_unsigned_integer():
+                raise ConfigError(f"SQL: {sql_text(whole)}: {v} with an unsigned integer is not supported")
+            natural = pl.Int32() if _fits(v, pl.Int32()) else pl.Int64()
+            common = natural if common is None else supertype(common, natural)
+    common = common or pl.Int64()
+    return [x.cast(common) for x in exprs], common
+
+
+def _bitwise(fn: str) -> Callable[[ExprTranslator, exp.Binary], Expr]:
+    """``a & b``, ``a | b``, ``xor(a, b)``: bit by bit, in the operands' common integer type."""
+
+    def translate_(t: ExprTranslator, e: exp.Binary) -> Expr:
+        (a, b), _ = _common_integer(t, [e.this, e.expression], e)
+        return Func(fn, (a, b), ())
+
+    return translate_
+
+
+def bitwise_not(t: ExprTranslator, e: exp.BitwiseNot) -> Expr:
+    """``~x``: every bit flipped, in x's integer type."""
+    (x,), _ = _common_integer(t, [e.this], e)
+    return Func("bitwise_not", (x,), ())
+
+
+def _shift(fn: str) -> Callable[[ExprTranslator, exp.Binary], Expr]:
+    """``a << n`` / ``a >> n`` in the operands' common integer type (see ``shift_left``)."""
+
+    def translate_(t: ExprTranslator, e: exp.Binary) -> Expr:
+        (a, n), dtype = _common_integer(t, [e.this, e.expression], e)
+        return Func(fn, (a, n), (dtype,))
+
+    return translate_
+
+
+def _decimal_literal(e: exp.Expr) -> bool:
+    """A number constant written with a point and no exponent: DuckDB's DECIMAL, which takes a
+    FLOAT's type beside one (``1e3`` is a DOUBLE)."""
+    value = e.this if isinstance(e, (exp.Paren, exp.Neg)) else e
+    return isinstance(value, exp.Literal) and not value.is_string and "." in value.this and "e" not in value.this.lower()
+
+
+def list_value(t: ExprTranslator, e: exp.Array) -> Expr:
+    """``list_value(a, b, ...)`` (``[a, b, ...]``): one list per row, NULLs kept, of DuckDB's
+    common type: integers as the bitwise operators type them; FLOAT where the only floats are
+    FLOAT (a constant such as 2.5 takes it), else DOUBLE (Croupier's DECIMAL too); DATE with
+    TIMESTAMP is TIMESTAMP; other arguments must all be of one type."""
+    args = list(e.expressions)
+    if not args:
+        raise ConfigError(f"SQL: {sql_text(e)}: list_value() of nothing is not supported")
+    exprs = [t(a) for a in args]
+    dtypes = [t.dtype(x) for x in exprs]
+    known = {d for d in dtypes if d != pl.Null}
+    if not known:
+        raise ConfigError(f"SQL: {sql_text(e)}: a list of NULLs only is not supported")
+    if all(d.is_integer() for d in known):
+        exprs, dtype = _common_integer(t, args, e)
+        return Func("concat_list", tuple(exprs), ())
+    if all(d.is_signed_integer() or d.is_float() for d in known):
+        floats = {d for d, a in zip(dtypes, args) if d.is_float() and not _decimal_literal(a)}
+        dtype = pl.Float32() if floats == {pl.Float32()} else pl.Float64()
+    elif known <= {pl.Date(), pl.Datetime("us")}:
+        dtype = pl.Datetime("us") if len(known) > 1 else pl.Date()
+    elif len(known) == 1:
+        dtype = known.pop()
+    else:
+        raise ConfigError(f"SQL: {sql_text(e)}: a list of {sorted(str(d) for d in known)} together is not supported")
+    return Func("concat_list", tuple(x.cast(dtype) for x in exprs), ())
+
+
+#: format's tokens: an escaped brace, a field ({} or {N}), or a brace of anything else
+_FORMAT_TOKEN = re.compile(r"\{\{|\}\}|\{(\d*)\}|[{}]")
+#: printf's tokens: % and the character after it
+_PRINTF_TOKEN = re.compile(r"%(.?)", re.DOTALL)
+#: The types each kind of field writes as Polars casts them to strings, which is how DuckDB
+#: writes them: format's ``{}`` strings, integers and booleans ('true'), printf's ``%s`` strings
+#: and booleans, its ``%d`` integers and booleans (as 1 and 0; DuckDB's fmt refuses a string
+#: there, an integer for %s).
+_WRITES: dict[str, Callable[[pl.DataType], bool]] = {
+    "{}": lambda d: d in (pl.String, pl.Boolean) or d.is_integer(),
+    "s": lambda d: d in (pl.String, pl.Boolean),
+    "d": lambda d: d == pl.Boolean or d.is_integer(),
+}
+#: A template: its text, and its fields as (argument index, kind of field).
+Fields = list[str | tuple[int, str]]
+
+
+def _format_fields(fmt: str, whole: exp.Expr) -> Fields:
+    """``format``'s template: ``{}`` the next argument, ``{N}`` the N-th, ``{{``/``}}`` a brace.
+    Format specifications (``{:5}``) are refused."""
+    out: Fields = []
+    automatic, manual, last = 0, False, 0
+    for m in _FORMAT_TOKEN.finditer(fmt):
+        out.append(fmt[last : m.start()])
+        last = m.end()
+        token, digits = m.group(0), m.group(1)
+        if token in ("{{", "}}"):
+            out.append(token[0])
+        elif digits is None or (digits and digits != str(int(digits))) or (manual if not digits else automatic):
+            raise ConfigError(f"SQL: {sql_text(whole)}: {token!r} is not supported in format: {{}} or {{N}} fields (not both) and {{{{ }}}} escapes are, specifications not")
+        elif digits:
+            manual = True
+            out.append((int(digits), "{}"))
+        else:
+            out.append((automatic, "{}"))
+            automatic += 1
+    return out + [fmt[last:]]
+
+
+def _printf_fields(fmt: str, whole: exp.Expr) -> Fields:
+    """``printf``'s template: ``%s``, ``%d``/``%i`` the next argument, ``%%`` a percent sign.
+    Flags, widths and other conversions are refused."""
+    out: Fields = []
+    count, last = 0, 0
+    for m in _PRINTF_TOKEN.finditer(fmt):
+        out.append(fmt[last : m.start()])
+        last = m.end()
+        conversion = m.group(1)
+        if conversion == "%":
+            out.append("%")
+        elif conversion in ("s", "d", "i"):
+            out.append((count, "s" if conversion == "s" else "d"))
+            count += 1
+        else:
+            raise ConfigError(f"SQL: {sql_text(whole)}: {m.group(0)!r} is not supported in printf: %s, %d, %i and %% are, without flags or widths")
+    return out + [fmt[last:]]
+
+
+def _formatted(t: ExprTranslator, e: exp.Expr, fields: Fields, args: list[exp.Expr]) -> Expr:
+    """The template's text with the arguments written in; NULL where any argument is (one the
+    template does not use too)."""
+    values = [t(a) for a in args]
+    pieces: list[Expr] = []
+    for field in fields:
+        if isinstance(field, str):
+            pieces += [Lit(field)] if field else []
+            continue
+        index, kind = field
+        if index >= len(values):
+            raise ConfigError(f"SQL: {sql_text(e)}: argument {index + 1} is missing")
+        dtype = t.dtype(values[index])
+        if dtype != pl.Null and not _WRITES[kind](dtype):
+            raise ConfigError(f"SQL: {sql_text(e)}: writing {dtype} this way is not supported (DuckDB writes it its own way, or refuses)")
+        pieces.append((values[index].cast(pl.Int8) if kind == "d" and dtype == pl.Boolean else values[index]).cast(pl.String))
+    text = Lit("".join(p.value for p in pieces)) if all(isinstance(p, Lit) for p in pieces) else concat_str(pieces, "")  # type: ignore[attr-defined]
+    used = {f[0] for f in fields if isinstance(f, tuple)}
+    unused = [v.is_not_null() for i, v in enumerate(values) if i not in used]
+    if not unused:
+        return text
+    present = unused[0]
+    for other in unused[1:]:
+        present = present & other
+    return when(present).then(text).otherwise(Lit(None, pl.String()))
+
+
+def format_(t: ExprTranslator, e: exp.Format) -> Expr:
+    """``format(template, args...)`` with ``{}``/``{N}`` fields of strings, integers, booleans."""
+    return _formatted(t, e, _format_fields(constant(e.this, str, "the format", e), e), list(e.expressions))
+
+
+def printf(t: ExprTranslator, e: exp.Anonymous) -> Expr:
+    """``printf(template, args...)`` with ``%s`` of strings and booleans, ``%d``/``%i`` of integers."""
+    if not e.expressions:
+        raise ConfigError(f"SQL: {sql_text(e)}: printf takes a format")
+    template, *args = e.expressions
+    return _formatted(t, e, _printf_fields(constant(template, str, "the format", e), e), args)
+
+
+def _anonymous(t: ExprTranslator, e: exp.Anonymous) -> Expr:
+    """A DuckDB function sqlglot does not know (``even``, ``gcd``...), by its name; any other is
+    refused."""
+    handler = _NAMED.get(e.name.lower())
+    if handler is None:
+        raise ConfigError(f"SQL: Anonymous ({sql_text(e)}) is not supported")
+    return handler(t, e)
+
+
+#: DuckDB functions sqlglot reads as anonymous, by name.
+_NAMED: dict[str, Callable[[ExprTranslator, exp.Anonymous], Expr]] = {
+    "even": even,
+    "gcd": _divisors("gcd"),
+    "greatest_common_divisor": _divisors("gcd"),
+    "lcm": _divisors("lcm"),
+    "least_common_multiple": _divisors("lcm"),
+    "bit_count": bit_count,
+    "yearweek": yearweek,
+    "printf": printf,
+}
+
+
 HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.DayOfWeek: _part("weekday", 7),
     exp.DayOfWeekIso: _part("weekday"),
@@ -285,4 +609,17 @@ HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.DateFromParts: make_date,
     exp.TimeToUnix: lambda t, e: Func("epoch_seconds", (t(e.this),), ()),
     exp.NullSafeNEQ: lambda t, e: ~null_safe_eq(t, e),
+    exp.Ascii: lambda t, e: Func("ascii", (_text(t, e.this, e),), ()),
+    exp.Translate: translate,
+    exp.MD5: lambda t, e: Func("md5", (_text(t, e.this, e),), ()),
+    exp.Split: string_split,
+    exp.BitwiseAnd: _bitwise("bitwise_and"),
+    exp.BitwiseOr: _bitwise("bitwise_or"),
+    exp.BitwiseXor: _bitwise("bitwise_xor"),
+    exp.BitwiseNot: bitwise_not,
+    exp.BitwiseLeftShift: _shift("shift_left"),
+    exp.BitwiseRightShift: _shift("shift_right"),
+    exp.Array: list_value,
+    exp.Format: format_,
+    exp.Anonymous: _anonymous,
 }
