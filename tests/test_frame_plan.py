@@ -365,3 +365,19 @@ def test_operands_and_aggregations_are_shared_only_when_equal_in_every_field() -
         pl.col("v").cast(pl.Int8, strict=False).max().alias("lenient"),
     ).sort("k")  # fmt: skip
     assert got.equals(want), (got, want)
+
+
+def test_sql_in_subqueries_keep_no_order(tmp_path: Path) -> None:
+    """SQL's ``x IN (SELECT ...)``, as a filter or as a value, becomes a join that keeps no row
+    order (DuckDB keeps none without ORDER BY), so a shuffled one is never sorted back; the
+    frame API's is_in keeps its input's (the test above)."""
+    from croupier.sql import sql
+
+    tables = {}
+    for name, schema in (("orders", ORDERS), ("customer", CUSTOMER)):
+        pl.DataFrame(schema=schema).write_parquet(tmp_path / f"{name}.parquet")
+        tables[name] = str(tmp_path / f"{name}.parquet")
+    for text in ("SELECT * FROM orders WHERE o_custkey IN (SELECT c_custkey FROM customer WHERE c_nation = 3)",
+                 "SELECT o_custkey IN (SELECT c_custkey FROM customer) AS hit FROM orders"):
+        plan = optimize(sql(text, tables, Config(concurrency=2))._node)
+        assert [n.maintain_order for n in walk(plan) if isinstance(n, Join) and n.how != "cross"] == ["none"], plan.tree()

@@ -22,8 +22,8 @@ names, column order):
 3. **Subqueries in expressions.** ``x.is_in(frame)`` as a conjunct of a filter becomes a semi join
    (``~x.is_in(frame)``: an anti join plus ``x is not null``, since a null ``x`` gives null in
    Polars), keeping the filter input's row order (``maintain_order="left"``: the physical
-   planner puts shuffled rows back in that order where a node above reads it); elsewhere a
-   left join with the distinct values of ``frame`` and a marker column, keeping the input's
+   planner puts shuffled rows back in that order where it shows; SQL's IN keeps none); elsewhere
+   a left join with the distinct values of ``frame`` and a marker column, keeping the input's
    order too: null where ``x`` is null, else whether the marker matched. ``scalar(frame)`` becomes a cross
    join with ``Aggregate(keys=())`` of ``max`` of its column: one row, null when ``frame`` is empty.
 4. **INTERSECT / EXCEPT** (``SetOperation``): both inputs tagged 1 and 2, concatenated, grouped by
@@ -242,7 +242,7 @@ class _Lowering:
         frame = self.node(sub.frame)
         dtype = node.schema[key]
         right = Distinct(Project(frame, (Col(next(iter(frame.schema))).cast(dtype, strict=False).alias(values), Lit(True).alias(marker)), "select"))
-        joined: Node = Join(node, right, (key,), (values,), "left", maintain_order="left")  # one row per row, in their order, as in Polars
+        joined: Node = Join(node, right, (key,), (values,), "left", maintain_order=_order_of(sub))  # one row per row
         result = self.hidden(joined.schema)
         if sub.sql:  # a match: True; an empty subquery: False; a NULL operand, or a NULL among the values: NULL
             joined, rows, nulls = self.frame_counts(joined, frame)
@@ -272,7 +272,7 @@ class _Lowering:
         frame = self.node(inner.frame)
         values = self.hidden(keyed.schema)
         right = Project(frame, (Col(next(iter(frame.schema))).cast(keyed.schema[key], strict=False).alias(values),), "select")
-        out: Node = Join(keyed, right, (key,), (values,), "anti" if negated else "semi", maintain_order="left")  # a filter keeps its input's order
+        out: Node = Join(keyed, right, (key,), (values,), "anti" if negated else "semi", maintain_order=_order_of(inner))  # as the filter it stands for
         if negated and inner.sql:  # SQL's NOT IN: true only for a non-NULL operand among no NULLs, or for no values at all
             out, rows, nulls = self.frame_counts(out, frame)
             out = Filter(out, (Col(rows) == 0) | (Col(key).is_not_null() & (Col(nulls) == 0)))
@@ -401,3 +401,10 @@ def _spec_key(x: Expr) -> Any:
 
 
 Rewrite = Callable[[Node], Node]
+
+
+def _order_of(sub: IsInFrame) -> str:
+    """The row order the join an ``is_in(frame)`` becomes keeps: its input's, as Polars' filter
+    and with_columns keep it; none for SQL's ``IN (subquery)``, whose rows come in no order
+    unless an ORDER BY says so (DuckDB's neither), so that a shuffled join is not sorted back."""
+    return "none" if sub.sql else "left"
