@@ -329,6 +329,10 @@ def test_names_types_and_ctes(tables: dict[str, Path]) -> None:
         # constants only: one row per row, as every select list
         "SELECT 1, 'x' AS tag FROM t WHERE q > 20",
         "SELECT 7 AS seven FROM t GROUP BY g",
+        # negations as DuckDB writes them ((q <= 1) for NOT (q > 1)), pattern matches as operators (~~),
+        # CASE (searched and simple, with and without ELSE), IN lists, constants in scientific notation
+        "SELECT id, q NOT IN (1, 2), NOT (q > 1), NOT NOT (q = 1), q BETWEEN 1 AND 20, q NOT BETWEEN 1 AND 20, s LIKE 'a%', s NOT LIKE '%p%', s ILIKE 'A%', s NOT ILIKE 'x', s IS NULL, s IS NOT NULL, NOT (s IS NULL), NOT (g = 'a' AND q > 1), NOT (s LIKE 'a%') FROM t ORDER BY id",
+        "SELECT id, CASE WHEN q > 1 THEN 1 ELSE 0 END, CASE g WHEN 'a' THEN x END, CASE WHEN q IN (1, 2) THEN upper(s) WHEN q < 0 THEN g ELSE s END, q IN (1, 2, 3), CASE WHEN q < 0 THEN -q ELSE q END, 1e3, 2.5e-3, 1e20, 1.5 FROM t ORDER BY id",
         "SELECT g, string_agg(s, ',' ORDER BY id), listagg(s, '|' ORDER BY id DESC), any_value(g), quantile_cont(x, 0.5), max_by(id, q * 1000 + id), min_by(id, q * 1000 - id), var_samp(x), bool_and(q > -25) FROM t GROUP BY g ORDER BY g",
     ],
 )

@@ -394,6 +394,10 @@ def output_names(tree: exp.Expr, schemas: dict[str, pl.Schema], text: str) -> li
 _OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "//", exp.DPipe: "||",
         exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR",
         exp.BitwiseAnd: "&", exp.BitwiseOr: "|", exp.BitwiseLeftShift: "<<", exp.BitwiseRightShift: ">>"}  # fmt: skip
+#: A comparison's negation, as DuckDB names ``NOT (a > b)``: ``(a <= b)``.
+_OPPOSITE = {exp.EQ: "!=", exp.NEQ: "=", exp.GT: "<=", exp.GTE: "<", exp.LT: ">=", exp.LTE: ">"}
+#: DuckDB's operators for pattern matches (``!`` in front when negated).
+_MATCHES = {exp.Like: "~~", exp.ILike: "~~*", exp.Glob: "~~~"}
 #: DuckDB (1.5) keywords that are also function names: a column named after a call of one quotes
 #: it (``"year"(d)``); the three its parser reads as special forms name the schema too.
 KEYWORD_FUNCTIONS = frozenset(
@@ -437,7 +441,21 @@ class _Namer:
         if isinstance(e, (exp.Paren, exp.IgnoreNulls)):  # (DuckDB's any_value reads as IGNORE NULLS of it)
             return self(e.this)
         if isinstance(e, exp.Literal):
-            return f"'{e.this}'" if e.is_string else str(e.this)
+            if e.is_string:
+                return f"'{e.this}'"
+            return repr(float(e.this)) if "e" in str(e.this).lower() else str(e.this)  # 1e3 is a DOUBLE: DuckDB names it 1000.0
+        if isinstance(e, exp.Case):
+            return self._case(e)
+        if isinstance(e, exp.Not):
+            return self._not(e.this)
+        if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
+            return f"({self(e.this)} IS NULL)"
+        if isinstance(e, exp.Between):
+            return f"({self(e.this)} BETWEEN {self(e.args['low'])} AND {self(e.args['high'])})"
+        if isinstance(e, (exp.Like, exp.ILike, exp.Glob)) and not e.args.get("escape"):
+            return f"({self(e.this)} {'!' if e.args.get('negate') else ''}{_MATCHES[type(e)]} {self(e.expression)})"
+        if isinstance(e, exp.In) and e.expressions and not e.args.get("query"):
+            return f"({self(e.this)} IN ({', '.join(self(x) for x in e.expressions)}))"
         if type(e) in _OPS:
             return f"({self(e.left)} {_OPS[type(e)]} {self(e.right)})"  # type: ignore[attr-defined]
         if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
@@ -477,6 +495,30 @@ class _Namer:
                 args = [e.expression]
             return f"{name}({', '.join(self(a) for a in args)})"
         return e.sql(DIALECT)
+
+    def _not(self, e: exp.Expr) -> str:
+        """DuckDB's text of ``NOT e``: a comparison's negation is the opposite comparison, ``NOT
+        IN`` and ``IS NOT NULL`` are their own forms (``NOT (s IS NULL)`` is not), else ``(NOT e)``."""
+        inner = e.this if isinstance(e, exp.Paren) else e
+        if isinstance(inner, exp.Not) and type(inner.this.unnest()) in _OPPOSITE:  # NOT NOT (a > b): (a > b)
+            return self(inner.this.unnest())
+        if type(inner) in _OPPOSITE:
+            return f"({self(inner.left)} {_OPPOSITE[type(inner)]} {self(inner.right)})"  # type: ignore[attr-defined]
+        if isinstance(inner, exp.In) and inner.expressions and not inner.args.get("query"):
+            return f"({self(inner.this)} NOT IN ({', '.join(self(x) for x in inner.expressions)}))"
+        if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
+            return f"({self(e.this)} IS NOT NULL)"
+        return f"(NOT {self(e)})"
+
+    def _case(self, e: exp.Case) -> str:
+        """DuckDB's text of a CASE: each condition and value in parentheses (a simple CASE's
+        conditions as the comparisons it stands for), ``ELSE NULL`` where none is given."""
+        parts = []
+        for branch in e.args.get("ifs") or []:
+            when = self(branch.this) if e.this is None else f"({self(e.this)} = {self(branch.this)})"
+            parts.append(f" WHEN ({when}) THEN ({self(branch.args['true'])})")
+        default = e.args.get("default")
+        return f"CASE {''.join(parts)} ELSE {'NULL' if default is None else self(default)} END"
 
     def _written(self, e: exp.Func) -> str:
         """The function's name as the query wrote it, lower-case ("" where it cannot be told)."""
