@@ -500,6 +500,14 @@ def test_integer_arithmetic_that_overflows_fails_as_duckdb_does_and_compares_exa
         croupier.sql("SELECT CAST(q AS INTEGER) * 100000000 AS big FROM t", sources, config=CONFIG).to_polars(partials=2).collect()
     check("SELECT id, q FROM t WHERE CAST(q AS INTEGER) * 100000000 > 0", tables)
     check("SELECT id, k * 1000 AS a, k + k AS b, k - 7 AS c, CAST(q AS SMALLINT) * 2 AS d FROM t", tables)
+    # the negation and absolute value of a type's least value leave it too (Polars answers -128)
+    least = "CAST(-128 - CAST(q AS TINYINT) * 0 AS TINYINT)"
+    for text in (f"SELECT -{least} AS n FROM t", f"SELECT abs({least}) AS n FROM t", f"SELECT id FROM t WHERE -{least} > 0"):
+        with pytest.raises(duckdb.OutOfRangeException):
+            _duckdb(text, tables)
+        with pytest.raises(pl.exceptions.InvalidOperationError, match="conversion from"):
+            croupier.sql(text, sources, config=CONFIG).to_polars(partials=2).collect()
+    check("SELECT id, -CAST(q AS TINYINT) AS a, abs(CAST(q AS SMALLINT)) AS b, -k AS c, abs(k) AS d, -(k + 1) AS e FROM t", tables)
 
 
 

@@ -157,6 +157,15 @@ class ExprTranslator:
         wide = left.cast(_WIDER[type(dtype)])._bin(op, right.cast(_WIDER[type(dtype)]))
         return wide if self._compared else wide.cast(dtype)
 
+    def _checked_unary(self, fn: Callable[[Expr], Expr], x: Expr) -> Expr:
+        """``fn(x)`` (a negation, an absolute value) of a signed integer computed twice as wide and
+        cast back, which fails on the type's least value as DuckDB's overflow error does, inside
+        a comparison too (Polars answers -(-128) = -128 for a TINYINT)."""
+        dtype = self.dtype(x)
+        if not isinstance(dtype, _SIGNED):
+            return fn(x)
+        return fn(x.cast(_WIDER[type(dtype)])).cast(dtype)
+
     def _date_arith(self, op: str, left: Expr, right: Expr) -> Expr | None:
         ltype, rtype = self.dtype(left), self.dtype(right)
         if ltype == pl.Date and is_integer(rtype):
@@ -349,7 +358,7 @@ _HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.Boolean: lambda t, e: Lit(bool(e.this)),
     exp.Paren: lambda t, e: t(e.this),
     exp.Alias: lambda t, e: t(e.this),
-    exp.Neg: lambda t, e: -t(e.this),
+    exp.Neg: lambda t, e: -t(e.this) if isinstance(e.this, exp.Literal) else t._checked_unary(lambda x: Lit(0) - x, t(e.this)),  # (Polars negates no Int128)
     exp.Not: lambda t, e: ~t(e.this),
     exp.And: lambda t, e: t(e.left) & t(e.right),
     exp.Or: lambda t, e: t(e.left) | t(e.right),
@@ -371,7 +380,7 @@ _HANDLERS: dict[type, Callable[[ExprTranslator, Any], Expr]] = {
     exp.Cast: ExprTranslator.cast,
     exp.TryCast: lambda t, e: t.cast(e, strict=False),
     exp.Round: ExprTranslator.round_,
-    exp.Abs: _func("abs"),
+    exp.Abs: lambda t, e: t._checked_unary(lambda x: Func("abs", (x,), ()), t(e.this)),
     exp.Floor: _func("floor"),
     exp.Ceil: _func("ceil"),
     exp.Sqrt: _func("sqrt"),
