@@ -1,7 +1,8 @@
 """The selector (SEER Alg. 2, extended): choose P and the exchange plan for D bytes.
 
 Searches P from ceil(D / usable function memory) up to the largest useful P, over every topology
-candidate of each P with and without write combining, predicting each with the model; picks the
+candidate of each P with and without write combining, predicting each with the model (with
+hundreds of P to try, coarse to fine: :func:`search`); picks the
 minimum of the objective: "time" (default), "cost", or "time" within a cost ``budget``. With P
 given, only the plans of that P are compared (constant time in P).
 
@@ -249,7 +250,8 @@ def search(plans: list[ExchangePlan], predicted: Callable[[list[ExchangePlan]], 
     best probe. A prediction changes smoothly with P, but for the step of a wave and the shapes
     of a multi-level topology (P = 625 is 25 x 25, P = 624 is 26 x 24), which the last pass
     tries one by one. Planning a TPC-H query for a thousand functions predicted 19,000
-    candidates, 9 s; see ``tests/test_model_selector.py`` for how close the search gets."""
+    candidates, 9 s; ``bench/selector_search.py`` measures how close the search gets (the same
+    plan as trying every P in 71 of 72 cases, from a fifth of the candidates)."""
     by_p: dict[int, list[ExchangePlan]] = {}
     for plan in plans:
         by_p.setdefault(plan.workers, []).append(plan)
