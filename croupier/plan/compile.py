@@ -235,8 +235,8 @@ class Compiler:
             probe.sides[side] = ExchangeInput(build, "all")
             probe.ops.append(node.operator(side, keep_order))  # each task joins its own rows, in their order if asked
             return probe
-        tag = hidden_prefix([*node.left.schema.names(), *node.right.schema.names(), *node.schema.names()], ROW_TAG)
         if keep_order:
+            tag = hidden_prefix([*node.left.schema.names(), *node.right.schema.names(), *node.schema.names()], ROW_TAG)
             probe.ops.append(TagRows(tag))
         plan = out.plan if out is not None and out.early else None  # a plan bound early fixes P for both sides
         probe_stage = self.stage(probe, ExchangeSink(HashPartitioning(node.left_on), plan=plan), "probe")
@@ -654,26 +654,15 @@ ORDER_KEEPING = (Filter, Project, Window, Limit, Union, Tagged)
 def order_seen(root: Node) -> set[int]:
     """Nodes (by identity) whose output row order shows in the result: the root and the inputs
     of a node that picks rows or values by their order (:func:`reads_order`: a row tag, a head
-    or tail, first/last, a running or positional window function), and below them what keeps its
-    input's order (:func:`_order_kept_below`). A shuffled window, or join that keeps its left
+    or tail, first/last, a running or positional window function), and below them what keeps
+    its input's order, down to the nodes that decide their own (a limit over a sort: the sort
+    decides). A join keeps its left input's order when it says so (a cross join always: Polars
+    pairs each left row with every right one; ``x - x.mean()`` over a window's result lost the
+    window's order), so its left input's order shows too, as a window below it would otherwise
+    hand it rows in its partitions' order. A shuffled window, or join that keeps its left
     input's order (an ``is_in`` filter's semi join), sorts its rows back only for these."""
-    return _order_kept_below([root, *_order_readers_inputs(root)])
-
-
-def _order_readers_inputs(root: Node) -> list[Node]:
-    """The inputs of every node below ``root`` whose answer depends on its input's row order."""
-    return [child for n in walk(root) if reads_order(n) for child in n.children()]
-
-
-def _order_kept_below(start: list[Node]) -> set[int]:
-    """``start`` and, below an order-keeping node among them, its inputs, down to the nodes
-    that decide their own order (a limit over a sort: the sort decides); a join keeps its left
-    input's order when it says so (a cross join always: Polars pairs each left row with every
-    right one; ``x - x.mean()`` over a window's result lost the window's order), so its left
-    input's order shows too, as a window below it would otherwise hand it rows in its
-    partitions' order."""
     seen: set[int] = set()
-    stack = list(start)
+    stack = [root, *(child for n in walk(root) if reads_order(n) for child in n.children())]
     while stack:
         node = stack.pop()
         if id(node) in seen:

@@ -315,7 +315,7 @@ class Join(Node):
     def operator(self, side: str, keep_order: bool = False) -> HashJoin:
         """The operator joining a task's (left) rows with the side input ``side``; in their order
         only with ``keep_order`` (the planner asks for it where this join keeps its left order and
-        a node above reads it: Polars' left join of 3M rows with 3,000 keys took 0.14 s keeping
+        that order shows: Polars' left join of 3M rows with 3,000 keys took 0.14 s keeping
         it, 0.05 s not)."""
         return HashJoin(side, self.left_on, self.right_on, self.how, self.suffix, self.coalesce, self.nulls_equal, "left" if keep_order else "none")
 

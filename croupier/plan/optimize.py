@@ -167,7 +167,7 @@ class _Predicates:
             if pairs:  # a cross join filtered on left = right columns is an equi-join on them
                 left_on, right_on = zip(*pairs)
                 return _wrap(Join(left, right, left_on, right_on, "inner", node.suffix, False), keep)
-        return _wrap(Join(left, right, node.left_on, node.right_on, node.how, node.suffix, node.coalesce, node.nulls_equal, node.maintain_order), keep)
+        return _wrap(node.with_children((left, right)), keep)
 
 
 def _equi_keys(preds: list[Expr], left: set[str], right: set[str]) -> list[tuple[str, str]]:

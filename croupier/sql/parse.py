@@ -455,7 +455,7 @@ class _Namer:
         if isinstance(e, (exp.Like, exp.ILike, exp.Glob)) and not e.args.get("escape"):
             return f"({self(e.this)} {'!' if e.args.get('negate') else ''}{_MATCHES[type(e)]} {self(e.expression)})"
         if isinstance(e, exp.In) and e.expressions and not e.args.get("query"):
-            return f"({self(e.this)} IN ({', '.join(self(x) for x in e.expressions)}))"
+            return self._in_list(e, "IN")
         if type(e) in _OPS:
             return f"({self(e.left)} {_OPS[type(e)]} {self(e.right)})"  # type: ignore[attr-defined]
         if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
@@ -505,10 +505,14 @@ class _Namer:
         if type(inner) in _OPPOSITE:
             return f"({self(inner.left)} {_OPPOSITE[type(inner)]} {self(inner.right)})"  # type: ignore[attr-defined]
         if isinstance(inner, exp.In) and inner.expressions and not inner.args.get("query"):
-            return f"({self(inner.this)} NOT IN ({', '.join(self(x) for x in inner.expressions)}))"
+            return self._in_list(inner, "NOT IN")
         if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
             return f"({self(e.this)} IS NOT NULL)"
         return f"(NOT {self(e)})"
+
+    def _in_list(self, e: exp.In, op: str) -> str:
+        """``(x IN (a, b))`` or, ``op`` "NOT IN", its negation."""
+        return f"({self(e.this)} {op} ({', '.join(self(x) for x in e.expressions)}))"
 
     def _case(self, e: exp.Case) -> str:
         """DuckDB's text of a CASE: each condition and value in parentheses (a simple CASE's

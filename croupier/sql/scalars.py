@@ -53,11 +53,17 @@ _TRUNC = {"YEAR": "1y", "QUARTER": "1q", "MONTH": "1mo", "WEEK": "1w", "DAY": "1
 _STRFTIME = set("YmdHMSyjbBaAp%")
 
 
-def constant(e: exp.Expr | None, kind: type, what: str, whole: exp.Expr) -> Any:
-    """The value of a literal argument (``kind`` str, int or float), or a ConfigError naming it."""
+def _signed(e: exp.Expr | None) -> tuple[exp.Expr | None, bool]:
+    """A constant as written, ``(3)`` and ``-3`` too: the expression behind the parentheses and
+    the minus, and whether a minus stood before it."""
     value = e.this if isinstance(e, exp.Paren) else e
     negative = isinstance(value, exp.Neg)
-    value = value.this if negative else value
+    return (value.this if negative else value), negative  # type: ignore[union-attr]
+
+
+def constant(e: exp.Expr | None, kind: type, what: str, whole: exp.Expr) -> Any:
+    """The value of a literal argument (``kind`` str, int or float), or a ConfigError naming it."""
+    value, negative = _signed(e)
     if not isinstance(value, exp.Literal) or value.is_string != (kind is str):
         raise ConfigError(f"SQL: {sql_text(whole)}: {what} must be a constant {'string' if kind is str else 'number'}")
     out = kind(value.this) if kind is str else kind(float(value.this))
@@ -330,9 +336,7 @@ def _integer_literal(e: exp.Expr) -> int | None:
     """The value of an integer constant as the query wrote it (``3``, ``-3``, ``(3)``), else
     None. One sqlglot folded (``(1 + 2)``: a literal without the parser's position) is not one
     to DuckDB: it is an INTEGER expression."""
-    value = e.this if isinstance(e, exp.Paren) else e
-    negative = isinstance(value, exp.Neg)
-    value = value.this if negative else value
+    value, negative = _signed(e)
     if isinstance(value, exp.Literal) and "start" in value.meta and not value.is_string and value.this.lstrip("-").isdigit():
         return -int(value.this) if negative else int(value.this)
     return None
